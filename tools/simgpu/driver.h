@@ -1,0 +1,180 @@
+// Process-wide state of the simulated driver, shared by the drv_*.cpp files that implement the API.
+// Handles given to the application are pointers to these objects; every handle is checked against
+// the set of live objects before use, so a stale or made-up handle gives the driver's error code,
+// never a crash.
+#pragma once
+
+#define __CUDA_API_VERSION_INTERNAL 1  // declares every export by its real name (cuMemAlloc_v2, ...)
+#include <cuda.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "device_runner.h"
+#include "machine_state.h"
+#include "module_image.h"
+
+namespace simgpu {
+
+constexpr int kComputeMajor = 8;
+constexpr int kComputeMinor = 9;
+constexpr int kDriverVersion = 13000;
+constexpr std::uint64_t kDefaultKernelNs = 10'000;   // any kernel that is not a spin kernel
+constexpr std::uint64_t kPitchAlignment = 512;
+constexpr std::uint64_t kAllocAlignment = 512;
+
+struct Context;
+struct Stream;
+struct Event;
+struct MemPool;
+struct Graph;
+struct Function;
+
+// One queued piece of stream work.
+struct Op {
+  enum class Kind { kernel, host, event_record, wait_event } kind = Kind::host;
+  std::uint64_t seq = 0;
+  std::uint64_t kernel_ns = 0;
+  std::function<void()> host;          // copies, sets, host functions, stream-ordered frees
+  Event* event = nullptr;
+  std::uint64_t event_generation = 0;
+};
+
+struct Stream {
+  Context* ctx = nullptr;
+  unsigned flags = 0;           // CU_STREAM_NON_BLOCKING or default
+  int priority = 0;
+  bool legacy = false;          // the context's NULL stream
+  std::deque<Op> queue;         // guarded by g.mu
+  bool head_running = false;
+  Graph* capture = nullptr;     // stream capture in progress
+  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+  std::uint64_t capture_id = 0;
+  std::uint64_t id = 0;
+};
+
+struct Event {
+  Context* ctx = nullptr;
+  unsigned flags = 0;
+  std::uint64_t recorded = 0;    // generation of the last record enqueued
+  std::uint64_t completed = 0;   // generation the device has reached
+  std::uint64_t time_ns = 0;     // device time of the completed record
+};
+
+struct Context {
+  int device = 0;
+  unsigned flags = 0;
+  bool primary = false;
+  bool active = true;            // a primary context whose refcount reached 0 is inactive
+  int primary_refs = 0;
+  std::uint64_t charged = 0;     // SIMGPU_CONTEXT_BYTES held for this context
+  Stream* null_stream = nullptr;
+  std::vector<Stream*> streams;  // created streams, not the NULL stream
+  std::uint64_t id = 0;
+  std::map<CUlimit, std::size_t> limits;
+  CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
+};
+
+enum class MemKind { device, managed, host, pool, global };
+
+struct Allocation {
+  std::uintptr_t base = 0;
+  std::size_t size = 0;          // what the application asked for (or the pitch * height)
+  std::size_t mapped = 0;        // the host mapping behind it
+  std::uint64_t charged = 0;     // bytes charged on the device
+  MemKind kind = MemKind::device;
+  Context* ctx = nullptr;
+  int device = 0;
+  MemPool* pool = nullptr;
+  std::uint64_t buffer_id = 0;
+  unsigned host_flags = 0;
+};
+
+struct Function {
+  std::string name;
+  KernelInfo info;
+  bool spin = false;
+  struct Module* module = nullptr;
+  int max_dynamic_shared = 48 * 1024;
+  std::map<int, int> attributes;  // set with cuFuncSetAttribute
+};
+
+struct Module {
+  Context* ctx = nullptr;
+  ModuleImage image;
+  std::vector<std::unique_ptr<Function>> functions;
+  std::map<std::string, std::pair<CUdeviceptr, std::size_t>> globals;
+  bool from_library = false;
+};
+
+struct Library {
+  std::unique_ptr<Module> module;  // kernels (CUkernel is a Function*) and globals, context-independent
+};
+
+struct DeviceExecutor;
+
+struct Driver {
+  std::mutex mu;                    // guards everything below except the machine's own atomics
+  std::condition_variable done_cv;  // stream/event progress, for host threads that synchronize
+  bool initialized = false;
+  CUresult init_error = CUDA_SUCCESS;
+  Machine* machine = nullptr;
+  int device_count = 0;
+  std::unordered_set<const void*> live;  // every live handle of any kind
+  Context* primary[kMaxDevices] = {};
+  MemPool* default_pool[kMaxDevices] = {};
+  MemPool* current_pool[kMaxDevices] = {};
+  DeviceExecutor* executors[kMaxDevices] = {};
+  std::map<std::uintptr_t, Allocation> allocations;  // by base address
+  std::uint64_t next_seq = 1;
+  std::uint64_t next_id = 1;
+};
+
+Driver& driver();
+
+// --- helpers shared by the API files (g.mu must NOT be held unless the name says so) ---
+CUresult ensure_initialized();                  // CUDA_ERROR_NOT_INITIALIZED before cuInit
+CUresult current_context(Context** out);        // CUDA_ERROR_INVALID_CONTEXT when none
+bool is_live(const void* handle);               // takes g.mu
+bool is_live_locked(const void* handle);
+void add_live_locked(const void* handle);
+void remove_live_locked(const void* handle);
+bool valid_device(CUdevice dev);
+
+// Streams: resolves 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD for the current context.
+CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out);
+void enqueue_locked(Stream* s, Op op);           // g.mu held
+void enqueue(Stream* s, Op op);
+CUresult stream_synchronize(Stream* s);
+CUresult context_synchronize(Context* c);
+bool context_idle_locked(Context* c);
+void destroy_stream_locked(Stream* s);
+
+// Memory shared helpers
+Allocation* find_allocation_locked(std::uintptr_t ptr);  // containing range
+void* map_host_memory(std::size_t bytes);
+void unmap_host_memory(void* p, std::size_t bytes);
+bool charge_device(int device, std::uint64_t bytes);
+void uncharge_device(int device, std::uint64_t bytes);
+void pool_trim_at_sync(int device);            // release pooled memory above the threshold
+
+// Kernels
+std::uint64_t kernel_duration_ns(const Function* f, void** params, void** extra);
+
+// Error names (cuda_errors.cpp): nullptr for a code the driver does not know.
+const char* error_name(CUresult code);
+const char* error_string(CUresult code);
+
+// Context creation shared by cuCtxCreate* and the primary context.
+CUresult create_context(int device, unsigned flags, bool primary, Context** out);
+void destroy_context_locked(Context* c);
+
+}  // namespace simgpu

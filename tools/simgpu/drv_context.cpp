@@ -1,0 +1,386 @@
+// Contexts: primary and ordinary, the per-thread context stack, synchronisation, limits.
+#include <vector>
+
+#include "driver.h"
+
+namespace simgpu {
+
+namespace {
+thread_local std::vector<Context*> t_stack;
+
+CUresult checked_context_locked(Context* c) {
+  if (!is_live_locked(c) || !c->active) return CUDA_ERROR_INVALID_CONTEXT;
+  return CUDA_SUCCESS;
+}
+}  // namespace
+
+CUresult current_context(Context** out) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = t_stack.back();
+  if (CUresult r = checked_context_locked(c)) return r;
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
+CUresult create_context(int device, unsigned flags, bool primary, Context** out) {
+  Driver& g = driver();
+  const std::uint64_t ctx_bytes = g.machine->header().context_bytes;
+  if (ctx_bytes && !charge_device(device, ctx_bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto* c = new Context();
+  c->device = device;
+  c->flags = flags;
+  c->primary = primary;
+  c->charged = ctx_bytes;
+  c->id = g.next_id++;
+  c->null_stream = new Stream();
+  c->null_stream->ctx = c;
+  c->null_stream->legacy = true;
+  c->null_stream->id = g.next_id++;
+  c->limits[CU_LIMIT_STACK_SIZE] = 1024;
+  c->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
+  c->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+  c->limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
+  c->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 32;
+  c->limits[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0;
+  add_live_locked(c);
+  *out = c;
+  return CUDA_SUCCESS;
+}
+
+void destroy_context_locked(Context* c) {
+  // Frees what the context owns: its allocations and streams. Queued work is dropped only when the
+  // caller already synchronized (cuCtxDestroy does).
+  Driver& g = driver();
+  for (auto it = g.allocations.begin(); it != g.allocations.end();) {
+    Allocation& a = it->second;
+    if (a.ctx == c && (a.kind == MemKind::device || a.kind == MemKind::managed)) {
+      if (a.charged) g.machine->uncharge(a.device, a.charged);
+      unmap_host_memory(reinterpret_cast<void*>(a.base), a.mapped);
+      it = g.allocations.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (Stream* s : std::vector<Stream*>(c->streams)) destroy_stream_locked(s);
+  if (c->charged) g.machine->uncharge(c->device, c->charged);
+  c->charged = 0;
+  for (auto& t : t_stack)
+    if (t == c) t = nullptr;
+  std::erase(t_stack, nullptr);
+}
+
+}  // namespace simgpu
+
+using namespace simgpu;
+
+extern "C" {
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  Driver& g = driver();
+  Context* c = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(g.mu);
+    c = g.primary[dev];
+  }
+  if (!c) {
+    if (CUresult r = create_context(dev, 0, true, &c)) return r;
+    std::lock_guard<std::mutex> lk(g.mu);
+    g.primary[dev] = c;
+  } else {
+    std::lock_guard<std::mutex> lk(g.mu);
+    if (!c->active) {
+      const std::uint64_t ctx_bytes = g.machine->header().context_bytes;
+      if (ctx_bytes && !g.machine->charge(dev, ctx_bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+      c->charged = ctx_bytes;
+      c->active = true;
+    }
+  }
+  std::lock_guard<std::mutex> lk(g.mu);
+  c->primary_refs++;
+  *pctx = reinterpret_cast<CUcontext>(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  Driver& g = driver();
+  Context* c = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(g.mu);
+    c = g.primary[dev];
+    if (!c || c->primary_refs <= 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (c->primary_refs > 1) {
+      c->primary_refs--;
+      return CUDA_SUCCESS;
+    }
+  }
+  context_synchronize(c);
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (--c->primary_refs == 0) {
+    destroy_context_locked(c);
+    c->active = false;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  Driver& g = driver();
+  Context* c = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(g.mu);
+    c = g.primary[dev];
+  }
+  if (!c || !c->active) return CUDA_SUCCESS;
+  context_synchronize(c);
+  std::lock_guard<std::mutex> lk(g.mu);
+  destroy_context_locked(c);
+  c->active = false;
+  c->primary_refs = 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  Context* c = g.primary[dev];
+  *flags = c ? c->flags : 0;
+  *active = c && c->active && c->primary_refs > 0 ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if (flags & ~0x1Fu) return CUDA_ERROR_INVALID_VALUE;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (!g.primary[dev]) {
+    // Remember the flags for the context still to be created.
+    Context* c = nullptr;
+    g.mu.unlock();
+    CUresult r = create_context(dev, flags, true, &c);
+    g.mu.lock();
+    if (r) return r;
+    c->active = false;
+    if (c->charged) g.machine->uncharge(dev, c->charged);
+    c->charged = 0;
+    g.primary[dev] = c;
+  }
+  g.primary[dev]->flags = flags;
+  return CUDA_SUCCESS;
+}
+
+static CUresult create_and_push(CUcontext* pctx, unsigned flags, CUdevice dev) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  if (flags & ~0x3Fu) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = nullptr;
+  if (CUresult r = create_context(dev, flags, false, &c)) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  t_stack.push_back(c);
+  *pctx = reinterpret_cast<CUcontext>(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) { return create_and_push(pctx, flags, dev); }
+
+CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n, unsigned int flags, CUdevice dev) {
+  if (n < 0 || (n > 0 && !params)) return CUDA_ERROR_INVALID_VALUE;
+  if (n > 0) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+  return create_and_push(pctx, flags, dev);
+}
+
+CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
+  if (params && (params->numExecAffinityParams > 0 || params->cigParams))
+    return CUDA_ERROR_NOT_SUPPORTED;  // execution affinity and CIG are not simulated
+  return create_and_push(pctx, flags, dev);
+}
+
+CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  if (CUresult r = ensure_initialized()) return r;
+  auto* c = reinterpret_cast<Context*>(ctx);
+  {
+    std::lock_guard<std::mutex> lk(driver().mu);
+    if (!is_live_locked(c) || c->primary) return CUDA_ERROR_INVALID_CONTEXT;
+  }
+  context_synchronize(c);
+  std::lock_guard<std::mutex> lk(driver().mu);
+  if (!is_live_locked(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  destroy_context_locked(c);
+  remove_live_locked(c);
+  // The object itself is kept: other threads may still name it and must get INVALID_CONTEXT.
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (CUresult r = checked_context_locked(c)) return r;
+  t_stack.push_back(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = t_stack.back();
+  t_stack.pop_back();
+  if (pctx) *pctx = reinterpret_cast<CUcontext>(c);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (!c) {
+    if (!t_stack.empty()) t_stack.pop_back();
+    return CUDA_SUCCESS;
+  }
+  if (CUresult r = checked_context_locked(c)) return r;
+  if (t_stack.empty()) t_stack.push_back(c);
+  else t_stack.back() = c;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCurrent(CUcontext* pctx) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!pctx) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  *pctx = t_stack.empty() ? nullptr : reinterpret_cast<CUcontext>(t_stack.back());
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice(CUdevice* dev) {
+  if (!dev) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  *dev = c->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetDevice_v2(CUdevice* dev, CUcontext ctx) {
+  if (!ctx) return cuCtxGetDevice(dev);
+  if (CUresult r = ensure_initialized()) return r;
+  if (!dev) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (CUresult r = checked_context_locked(c)) return r;
+  *dev = c->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetFlags(unsigned int* flags) {
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  *flags = c->flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetFlags(unsigned int flags) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  c->flags = flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetId(CUcontext ctx, unsigned long long* id) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!id) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = reinterpret_cast<Context*>(ctx);
+  if (!c && current_context(&c) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!is_live(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  *id = c->id;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = reinterpret_cast<Context*>(ctx);
+  if (!c && current_context(&c) != CUDA_SUCCESS) return CUDA_ERROR_INVALID_CONTEXT;
+  if (!is_live(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  *version = 12010;  // the context API version every context of a CUDA 12+ driver reports
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize() {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  return context_synchronize(c);
+}
+
+CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  if (!ctx) return cuCtxSynchronize();
+  if (CUresult r = ensure_initialized()) return r;
+  auto* c = reinterpret_cast<Context*>(ctx);
+  if (!is_live(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  return context_synchronize(c);
+}
+
+CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto it = c->limits.find(limit);
+  if (it == c->limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  *value = it->second;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto it = c->limits.find(limit);
+  if (it == c->limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  it->second = value;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetCacheConfig(CUfunc_cache* config) {
+  if (!config) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  *config = c->cache_config;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCacheConfig(CUfunc_cache config) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  c->cache_config = config;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxGetStreamPriorityRange(int* least, int* greatest) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuCtxResetPersistingL2Cache() {
+  Context* c = nullptr;
+  return current_context(&c);
+}
+
+}  // extern "C"

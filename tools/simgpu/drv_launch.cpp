@@ -1,0 +1,441 @@
+// Kernel launches (cuLaunchKernel, Ex, cooperative, _ptsz), CUDA graphs of kernel, empty and host
+// nodes, built by hand or captured from a stream, and cuGraphLaunch.
+#include <cstring>
+
+#include "driver.h"
+
+namespace simgpu {
+
+struct GraphNode {
+  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
+  Function* func = nullptr;
+  std::uint64_t kernel_ns = 0;
+  CUDA_KERNEL_NODE_PARAMS kernel{};  // as given (pointers to the caller's parameters are not kept)
+  CUhostFn host_fn = nullptr;
+  void* host_data = nullptr;
+  std::vector<GraphNode*> deps;
+  struct Graph* graph = nullptr;
+};
+
+struct Graph {
+  std::vector<std::unique_ptr<GraphNode>> nodes;  // in insertion order, which is a topological order
+};
+
+struct GraphExec {
+  std::vector<GraphNode> nodes;  // a snapshot: later edits of the graph do not change it
+};
+
+std::uint64_t kernel_duration_ns(const Function* f, void** params, void** extra) {
+  if (!f->spin) return kDefaultKernelNs;
+  std::uint64_t ns = 0;
+  if (params && params[0]) {
+    std::memcpy(&ns, params[0], sizeof ns);
+  } else if (extra) {
+    for (void** e = extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER && e[1]) {
+        std::memcpy(&ns, e[1], sizeof ns);
+        break;
+      }
+    }
+  }
+  return ns;
+}
+
+namespace {
+
+CUresult check_launch(Function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                      unsigned shmem) {
+  if (!is_live(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
+  if (gx > 2147483647u || gy > 65535 || gz > 65535) return CUDA_ERROR_INVALID_VALUE;
+  if (bx > 1024 || by > 1024 || bz > 64 || std::uint64_t(bx) * by * bz > 1024) return CUDA_ERROR_INVALID_VALUE;
+  if (shmem > static_cast<unsigned>(f->max_dynamic_shared)) return CUDA_ERROR_INVALID_VALUE;
+  return CUDA_SUCCESS;
+}
+
+GraphNode* add_node_locked(Graph* g, CUgraphNodeType type, const CUgraphNode* deps, std::size_t ndeps) {
+  auto n = std::make_unique<GraphNode>();
+  n->type = type;
+  n->graph = g;
+  for (std::size_t i = 0; i < ndeps; ++i) n->deps.push_back(reinterpret_cast<GraphNode*>(deps[i]));
+  GraphNode* raw = n.get();
+  g->nodes.push_back(std::move(n));
+  add_live_locked(raw);
+  return raw;
+}
+
+// A launch on a capturing stream becomes a node that follows the stream's last captured node.
+void capture_locked(Stream* s, GraphNode proto) {
+  Graph* g = s->capture;
+  std::vector<CUgraphNode> deps;
+  if (!g->nodes.empty()) deps.push_back(reinterpret_cast<CUgraphNode>(g->nodes.back().get()));
+  GraphNode* n = add_node_locked(g, proto.type, deps.data(), deps.size());
+  n->func = proto.func;
+  n->kernel_ns = proto.kernel_ns;
+  n->kernel = proto.kernel;
+  n->host_fn = proto.host_fn;
+  n->host_data = proto.host_data;
+}
+
+CUresult launch(Function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                unsigned shmem, CUstream hs, void** params, void** extra, bool pt) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (CUresult r = check_launch(f, gx, gy, gz, bx, by, bz, shmem)) return r;
+  if (params && extra) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (s->capture) {
+    GraphNode proto;
+    proto.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    proto.func = f;
+    proto.kernel_ns = kernel_duration_ns(f, params, extra);
+    capture_locked(s, proto);
+    return CUDA_SUCCESS;
+  }
+  Op op;
+  op.kind = Op::Kind::kernel;
+  op.kernel_ns = kernel_duration_ns(f, params, extra);
+  enqueue_locked(s, std::move(op));
+  return CUDA_SUCCESS;
+}
+
+CUresult launch_ex(const CUlaunchConfig* c, CUfunction f, void** params, void** extra, bool pt) {
+  if (!c) return CUDA_ERROR_INVALID_VALUE;
+  if (c->numAttrs && !c->attrs) return CUDA_ERROR_INVALID_VALUE;
+  return launch(reinterpret_cast<Function*>(f), c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY,
+                c->blockDimZ, c->sharedMemBytes, c->hStream, params, extra, pt);
+}
+
+Graph* live_graph_locked(CUgraph h) {
+  auto* g = reinterpret_cast<Graph*>(h);
+  return is_live_locked(g) ? g : nullptr;
+}
+
+CUresult begin_capture(CUstream hs, CUstreamCaptureMode mode, bool pt) {
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (s->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream cannot be captured
+  if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  s->capture = new Graph();
+  add_live_locked(s->capture);
+  s->capture_mode = mode;
+  s->capture_id = g.next_id++;
+  return CUDA_SUCCESS;
+}
+
+CUresult end_capture(CUstream hs, CUgraph* out, bool pt) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  if (!s->capture) return CUDA_ERROR_ILLEGAL_STATE;
+  *out = reinterpret_cast<CUgraph>(s->capture);
+  s->capture = nullptr;
+  return CUDA_SUCCESS;
+}
+
+CUresult is_capturing(CUstream hs, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* graph, bool pt) {
+  if (!st) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+  if (id && s->capture) *id = s->capture_id;
+  if (graph) *graph = reinterpret_cast<CUgraph>(s->capture);
+  return CUDA_SUCCESS;
+}
+
+CUresult capture_info(CUstream hs, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* graph,
+                      const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* ndeps, bool pt) {
+  if (CUresult r = is_capturing(hs, st, id, graph, pt)) return r;
+  // The dependency set of a capturing stream is its last captured node.
+  static thread_local CUgraphNode last;
+  Stream* s = nullptr;
+  resolve_stream(hs, pt, &s);
+  std::lock_guard<std::mutex> lk(driver().mu);
+  const bool has = s->capture && !s->capture->nodes.empty();
+  if (has) last = reinterpret_cast<CUgraphNode>(s->capture->nodes.back().get());
+  if (deps) *deps = has ? &last : nullptr;
+  if (edges) *edges = nullptr;
+  if (ndeps) *ndeps = has ? 1 : 0;
+  return CUDA_SUCCESS;
+}
+
+CUresult graph_launch(CUgraphExec he, CUstream hs, bool pt) {
+  if (CUresult r = ensure_initialized()) return r;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto* exec = reinterpret_cast<GraphExec*>(he);
+  if (!is_live_locked(exec)) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  // Nodes run one after another in topological order: a device runs one context's work at a time.
+  for (const GraphNode& n : exec->nodes) {
+    Op op;
+    if (n.type == CU_GRAPH_NODE_TYPE_KERNEL) {
+      op.kind = Op::Kind::kernel;
+      op.kernel_ns = n.kernel_ns;
+    } else if (n.type == CU_GRAPH_NODE_TYPE_HOST) {
+      op.kind = Op::Kind::host;
+      CUhostFn fn = n.host_fn;
+      void* data = n.host_data;
+      op.host = [fn, data] { fn(data); };
+    } else {
+      continue;
+    }
+    enqueue_locked(s, std::move(op));
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult instantiate(CUgraphExec* out, CUgraph hg) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Graph* g = live_graph_locked(hg);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  auto* exec = new GraphExec();
+  for (auto& n : g->nodes) exec->nodes.push_back(*n);
+  add_live_locked(exec);
+  *out = reinterpret_cast<CUgraphExec>(exec);
+  return CUDA_SUCCESS;
+}
+
+CUresult add_kernel_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t ndeps, Function* f,
+                         const CUDA_KERNEL_NODE_PARAMS& p) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!out || (ndeps && !deps)) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult r = check_launch(f, p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ,
+                                p.sharedMemBytes))
+    return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Graph* g = live_graph_locked(hg);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < ndeps; ++i)
+    if (!is_live_locked(deps[i])) return CUDA_ERROR_INVALID_VALUE;
+  GraphNode* n = add_node_locked(g, CU_GRAPH_NODE_TYPE_KERNEL, deps, ndeps);
+  n->func = f;
+  n->kernel = p;
+  n->kernel_ns = kernel_duration_ns(f, p.kernelParams, p.extra);  // parameters are copied at this call
+  *out = reinterpret_cast<CUgraphNode>(n);
+  return CUDA_SUCCESS;
+}
+
+Function* node_function(const CUDA_KERNEL_NODE_PARAMS& p) {
+  return p.kern ? reinterpret_cast<Function*>(p.kern) : reinterpret_cast<Function*>(p.func);
+}
+
+}  // namespace
+}  // namespace simgpu
+
+using namespace simgpu;
+
+extern "C" {
+
+#define SIM_LAUNCH_FAMILY(SUFFIX, PT)                                                                          \
+  CUresult cuLaunchKernel##SUFFIX(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
+                                  unsigned bz, unsigned shmem, CUstream s, void** params, void** extra) {       \
+    return launch(reinterpret_cast<Function*>(f), gx, gy, gz, bx, by, bz, shmem, s, params, extra, PT);          \
+  }                                                                                                              \
+  CUresult cuLaunchCooperativeKernel##SUFFIX(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,  \
+                                             unsigned by, unsigned bz, unsigned shmem, CUstream s, void** params) { \
+    return launch(reinterpret_cast<Function*>(f), gx, gy, gz, bx, by, bz, shmem, s, params, nullptr, PT);        \
+  }                                                                                                              \
+  CUresult cuLaunchKernelEx##SUFFIX(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {       \
+    return launch_ex(c, f, params, extra, PT);                                                                   \
+  }                                                                                                              \
+  CUresult cuGraphLaunch##SUFFIX(CUgraphExec e, CUstream s) { return graph_launch(e, s, PT); }                  \
+  CUresult cuGraphUpload##SUFFIX(CUgraphExec e, CUstream) {                                                     \
+    return is_live(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;                                                \
+  }                                                                                                              \
+  CUresult cuStreamBeginCapture_v2##SUFFIX(CUstream s, CUstreamCaptureMode m) { return begin_capture(s, m, PT); } \
+  CUresult cuStreamBeginCapture##SUFFIX(CUstream s) {                                                           \
+    return begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL, PT);                                                  \
+  }                                                                                                              \
+  CUresult cuStreamEndCapture##SUFFIX(CUstream s, CUgraph* g) { return end_capture(s, g, PT); }                 \
+  CUresult cuStreamIsCapturing##SUFFIX(CUstream s, CUstreamCaptureStatus* st) {                                 \
+    return is_capturing(s, st, nullptr, nullptr, PT);                                                            \
+  }                                                                                                              \
+  CUresult cuStreamGetCaptureInfo##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id) {              \
+    return is_capturing(s, st, id, nullptr, PT);                                                                 \
+  }                                                                                                              \
+  CUresult cuStreamGetCaptureInfo_v2##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g, \
+                                             const CUgraphNode** d, size_t* n) {                                 \
+    return capture_info(s, st, id, g, d, nullptr, n, PT);                                                        \
+  }                                                                                                              \
+  CUresult cuStreamGetCaptureInfo_v3##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g, \
+                                             const CUgraphNode** d, const CUgraphEdgeData** e, size_t* n) {      \
+    return capture_info(s, st, id, g, d, e, n, PT);                                                              \
+  }
+
+SIM_LAUNCH_FAMILY(, false)
+SIM_LAUNCH_FAMILY(_ptsz, true)
+
+CUresult cuGraphCreate(CUgraph* out, unsigned int flags) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!out || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* g = new Graph();
+  add_live_locked(g);
+  *out = reinterpret_cast<CUgraph>(g);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph hg) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Graph* g = live_graph_locked(hg);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& n : g->nodes) remove_live_locked(n.get());
+  remove_live_locked(g);
+  delete g;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddKernelNode_v2(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
+                                 const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  return add_kernel_node(out, g, deps, n, node_function(*p), *p);
+}
+
+CUresult cuGraphAddKernelNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n,
+                              const CUDA_KERNEL_NODE_PARAMS_v1* p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  CUDA_KERNEL_NODE_PARAMS v2{};
+  v2.func = p->func;
+  v2.gridDimX = p->gridDimX, v2.gridDimY = p->gridDimY, v2.gridDimZ = p->gridDimZ;
+  v2.blockDimX = p->blockDimX, v2.blockDimY = p->blockDimY, v2.blockDimZ = p->blockDimZ;
+  v2.sharedMemBytes = p->sharedMemBytes;
+  v2.kernelParams = p->kernelParams;
+  v2.extra = p->extra;
+  return add_kernel_node(out, g, deps, n, reinterpret_cast<Function*>(p->func), v2);
+}
+
+CUresult cuGraphKernelNodeGetParams_v2(CUgraphNode hn, CUDA_KERNEL_NODE_PARAMS* p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* n = reinterpret_cast<GraphNode*>(hn);
+  if (!is_live_locked(n) || n->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  *p = n->kernel;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphKernelNodeSetParams_v2(CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  Function* f = node_function(*p);
+  if (!is_live(f)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* n = reinterpret_cast<GraphNode*>(hn);
+  if (!is_live_locked(n) || n->type != CU_GRAPH_NODE_TYPE_KERNEL) return CUDA_ERROR_INVALID_VALUE;
+  n->func = f;
+  n->kernel = *p;
+  n->kernel_ns = kernel_duration_ns(f, p->kernelParams, p->extra);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec he, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS* p) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  Function* f = node_function(*p);
+  if (!is_live(f)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* exec = reinterpret_cast<GraphExec*>(he);
+  auto* node = reinterpret_cast<GraphNode*>(hn);
+  if (!is_live_locked(exec) || !is_live_locked(node)) return CUDA_ERROR_INVALID_VALUE;
+  // The exec holds copies in the graph's order: find the copy by position.
+  auto& nodes = node->graph->nodes;
+  for (std::size_t i = 0; i < nodes.size() && i < exec->nodes.size(); ++i) {
+    if (nodes[i].get() != node) continue;
+    exec->nodes[i].func = f;
+    exec->nodes[i].kernel = *p;
+    exec->nodes[i].kernel_ns = kernel_duration_ns(f, p->kernelParams, p->extra);
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuGraphAddEmptyNode(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t n) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!out || (n && !deps)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Graph* g = live_graph_locked(hg);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<CUgraphNode>(add_node_locked(g, CU_GRAPH_NODE_TYPE_EMPTY, deps, n));
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddHostNode(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t n,
+                            const CUDA_HOST_NODE_PARAMS* p) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!out || !p || !p->fn || (n && !deps)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Graph* g = live_graph_locked(hg);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  GraphNode* node = add_node_locked(g, CU_GRAPH_NODE_TYPE_HOST, deps, n);
+  node->host_fn = p->fn;
+  node->host_data = p->userData;
+  *out = reinterpret_cast<CUgraphNode>(node);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphGetNodes(CUgraph hg, CUgraphNode* nodes, size_t* count) {
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Graph* g = live_graph_locked(hg);
+  if (!g) return CUDA_ERROR_INVALID_VALUE;
+  if (!nodes) {
+    *count = g->nodes.size();
+    return CUDA_SUCCESS;
+  }
+  std::size_t n = std::min(*count, g->nodes.size());
+  for (std::size_t i = 0; i < n; ++i) nodes[i] = reinterpret_cast<CUgraphNode>(g->nodes[i].get());
+  *count = n;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphNodeGetType(CUgraphNode hn, CUgraphNodeType* type) {
+  if (!type) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* n = reinterpret_cast<GraphNode*>(hn);
+  if (!is_live_locked(n)) return CUDA_ERROR_INVALID_VALUE;
+  *type = n->type;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph g, unsigned long long) { return instantiate(out, g); }
+
+CUresult cuGraphInstantiateWithParams(CUgraphExec* out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  CUresult r = instantiate(out, g);
+  if (p) p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
+  return r;
+}
+
+CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
+  return cuGraphInstantiateWithParams(out, g, p);
+}
+
+CUresult cuGraphInstantiate_v2(CUgraphExec* out, CUgraph g, CUgraphNode* err, char* log, size_t n) {
+  if (err) *err = nullptr;
+  if (log && n) log[0] = '\0';
+  return instantiate(out, g);
+}
+
+CUresult cuGraphInstantiate(CUgraphExec* out, CUgraph g, CUgraphNode* err, char* log, size_t n) {
+  return cuGraphInstantiate_v2(out, g, err, log, n);
+}
+
+CUresult cuGraphExecDestroy(CUgraphExec he) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* exec = reinterpret_cast<GraphExec*>(he);
+  if (!is_live_locked(exec)) return CUDA_ERROR_INVALID_VALUE;
+  remove_live_locked(exec);
+  delete exec;
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

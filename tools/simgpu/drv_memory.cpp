@@ -1,0 +1,314 @@
+// Device, pitched, managed and host memory; memory info; address ranges and pointer attributes.
+// Device memory is host memory mapped with MAP_NORESERVE (so a 24 GiB device costs nothing until
+// touched) whose address is the device pointer: copies and sets are plain memcpy/memset.
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "driver.h"
+
+namespace simgpu {
+
+namespace {
+std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+}  // namespace
+
+void* map_host_memory(std::size_t bytes) {
+  void* p = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void unmap_host_memory(void* p, std::size_t bytes) {
+  if (p) munmap(p, bytes ? bytes : 1);
+}
+
+bool charge_device(int device, std::uint64_t bytes) {
+  Machine& m = *driver().machine;
+  if (m.charge(device, bytes)) return true;
+  // Memory of processes that died is given back as soon as someone needs it.
+  if (m.reap_dead_slots() > 0) return m.charge(device, bytes);
+  return false;
+}
+
+void uncharge_device(int device, std::uint64_t bytes) { driver().machine->uncharge(device, bytes); }
+
+Allocation* find_allocation_locked(std::uintptr_t ptr) {
+  auto& all = driver().allocations;
+  auto it = all.upper_bound(ptr);
+  if (it == all.begin()) return nullptr;
+  --it;
+  Allocation& a = it->second;
+  const std::size_t extent = a.size ? a.size : 1;
+  return ptr >= a.base && ptr < a.base + extent ? &a : nullptr;
+}
+
+// Allocates `bytes` of device memory for the current context. `charged` may exceed `bytes` (pitch).
+static CUresult allocate(CUdeviceptr* dptr, std::size_t bytes, MemKind kind, std::uint64_t charged_bytes) {
+  if (!dptr) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  const std::uint64_t charged = round_up(charged_bytes, kAllocAlignment);
+  if (charged < charged_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (!charge_device(c->device, charged)) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* p = map_host_memory(charged);
+  if (!p) {
+    uncharge_device(c->device, charged);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  Allocation a;
+  a.base = reinterpret_cast<std::uintptr_t>(p);
+  a.size = bytes;
+  a.mapped = charged;
+  a.charged = charged;
+  a.kind = kind;
+  a.ctx = c;
+  a.device = c->device;
+  a.buffer_id = g.next_id++;
+  g.allocations[a.base] = a;
+  *dptr = static_cast<CUdeviceptr>(a.base);
+  return CUDA_SUCCESS;
+}
+
+static CUresult free_device(CUdeviceptr dptr, MemKind expected_a, MemKind expected_b) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (dptr == 0) return CUDA_SUCCESS;
+  Driver& g = driver();
+  Context* owner = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(g.mu);
+    auto it = g.allocations.find(static_cast<std::uintptr_t>(dptr));
+    if (it == g.allocations.end() || (it->second.kind != expected_a && it->second.kind != expected_b))
+      return CUDA_ERROR_INVALID_VALUE;
+    owner = it->second.ctx;
+  }
+  // Work still queued may use the memory: a free waits for it, as cudaFree does.
+  if (owner && is_live(owner)) context_synchronize(owner);
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto it = g.allocations.find(static_cast<std::uintptr_t>(dptr));
+  if (it == g.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  Allocation a = it->second;
+  g.allocations.erase(it);
+  if (a.charged) g.machine->uncharge(a.device, a.charged);
+  unmap_host_memory(reinterpret_cast<void*>(a.base), a.mapped);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace simgpu
+
+using namespace simgpu;
+
+extern "C" {
+
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) { return allocate(dptr, bytes, MemKind::device, bytes); }
+
+CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned int elem) {
+  if (!dptr || !pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (elem != 4 && elem != 8 && elem != 16) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t p = round_up(width, kPitchAlignment);
+  if (p / height < 1 && height > 1) return CUDA_ERROR_INVALID_VALUE;
+  if (height > SIZE_MAX / p) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = allocate(dptr, p * height, MemKind::device, p * height);
+  if (r == CUDA_SUCCESS) *pitch = p;
+  return r;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
+  if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
+  // Managed memory is charged to the device when it is allocated (no oversubscription modelled).
+  return allocate(dptr, bytes, MemKind::managed, bytes);
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_device(dptr, MemKind::device, MemKind::managed); }
+
+CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
+  Machine& m = *driver().machine;
+  m.reap_dead_slots();
+  std::uint64_t f = 0, t = 0;
+  m.memory_info(c->device, f, t);
+  *free_bytes = f;
+  *total_bytes = t;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!pp || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & ~0xFu) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  void* p = map_host_memory(bytes);
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  Allocation a;
+  a.base = reinterpret_cast<std::uintptr_t>(p);
+  a.size = bytes;
+  a.mapped = bytes;
+  a.kind = MemKind::host;
+  a.ctx = c;
+  a.device = c->device;
+  a.host_flags = flags;
+  a.buffer_id = g.next_id++;
+  g.allocations[a.base] = a;
+  *pp = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHostAlloc(pp, bytes, 0); }
+
+CUresult cuMemFreeHost(void* p) {
+  if (CUresult r = ensure_initialized()) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto it = g.allocations.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == g.allocations.end() || it->second.kind != MemKind::host) return CUDA_ERROR_INVALID_VALUE;
+  unmap_host_memory(p, it->second.mapped);
+  g.allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* dptr, void* p, unsigned int flags) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!dptr || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Allocation* a = find_allocation_locked(reinterpret_cast<std::uintptr_t>(p));
+  if (!a || a->kind != MemKind::host) return CUDA_ERROR_INVALID_VALUE;
+  *dptr = reinterpret_cast<CUdeviceptr>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostGetFlags(unsigned int* flags, void* p) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!flags) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Allocation* a = find_allocation_locked(reinterpret_cast<std::uintptr_t>(p));
+  if (!a || a->kind != MemKind::host) return CUDA_ERROR_INVALID_VALUE;
+  *flags = a->host_flags;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  if (!p || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (find_allocation_locked(reinterpret_cast<std::uintptr_t>(p))) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  Allocation a;
+  a.base = reinterpret_cast<std::uintptr_t>(p);
+  a.size = bytes;
+  a.mapped = 0;  // not ours to unmap
+  a.kind = MemKind::host;
+  a.ctx = c;
+  a.device = c->device;
+  a.host_flags = flags;
+  a.buffer_id = g.next_id++;
+  g.allocations[a.base] = a;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostUnregister(void* p) {
+  if (CUresult r = ensure_initialized()) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto it = g.allocations.find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == g.allocations.end() || it->second.kind != MemKind::host || it->second.mapped != 0)
+    return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  g.allocations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr dptr) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Allocation* a = find_allocation_locked(static_cast<std::uintptr_t>(dptr));
+  if (!a || a->kind == MemKind::host) return CUDA_ERROR_NOT_FOUND;
+  if (base) *base = a->base;
+  if (size) *size = a->size;
+  return CUDA_SUCCESS;
+}
+
+static CUresult pointer_attribute_locked(void* data, CUpointer_attribute attr, CUdeviceptr ptr, bool strict) {
+  Allocation* a = find_allocation_locked(static_cast<std::uintptr_t>(ptr));
+  if (!a) {
+    if (strict) return CUDA_ERROR_INVALID_VALUE;
+    // cuPointerGetAttributes reports an unknown pointer as memory of no type rather than failing.
+    switch (attr) {
+      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = 0; break;
+      case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = nullptr; break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = -2; break;
+      case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<int*>(data) = 0; break;
+      default: break;
+    }
+    return CUDA_SUCCESS;
+  }
+  const bool host = a->kind == MemKind::host;
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(a->ctx); break;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+      *static_cast<unsigned*>(data) = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; break;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+      if (!host && a->kind != MemKind::managed) return CUDA_ERROR_INVALID_VALUE;
+      *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
+      break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<int*>(data) = 1; break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = a->buffer_id; break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<int*>(data) = a->kind == MemKind::managed; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = a->device; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = a->base; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = a->size; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<int*>(data) = 1; break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *static_cast<int*>(data) = a->kind == MemKind::device; break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *static_cast<unsigned long long*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
+      *static_cast<CUmemoryPool*>(data) = reinterpret_cast<CUmemoryPool>(a->pool);
+      break;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *static_cast<unsigned*>(data) = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr ptr) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!data) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  return pointer_attribute_locked(data, attr, ptr, true);
+}
+
+CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute* attrs, void** data, CUdeviceptr ptr) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!attrs || !data) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  for (unsigned i = 0; i < n; ++i) {
+    if (!data[i]) return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = pointer_attribute_locked(data[i], attrs[i], ptr, false);
+    if (r != CUDA_SUCCESS && attrs[i] != CU_POINTER_ATTRIBUTE_HOST_POINTER) return r;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuPointerSetAttribute(const void*, CUpointer_attribute attr, CUdeviceptr ptr) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  if (!find_allocation_locked(static_cast<std::uintptr_t>(ptr))) return CUDA_ERROR_INVALID_VALUE;
+  return attr == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemAdvise_v2(CUdeviceptr ptr, size_t, CUmem_advise, CUmemLocation) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Allocation* a = find_allocation_locked(static_cast<std::uintptr_t>(ptr));
+  return a && a->kind == MemKind::managed ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+}  // extern "C"

@@ -1,0 +1,259 @@
+// Stream-ordered allocation and memory pools. A pool reserves device memory in 2 MiB chunks and
+// keeps what is freed into it until a synchronisation trims it to the release threshold, or
+// cuMemPoolTrimTo trims it: memory a pool keeps stays in use on the device, as on the real driver.
+#include "driver.h"
+
+namespace simgpu {
+
+struct MemPool {
+  int device = 0;
+  std::uint64_t reserved = 0;       // charged on the device
+  std::uint64_t used = 0;           // handed out to allocations
+  std::uint64_t reserved_high = 0;
+  std::uint64_t used_high = 0;
+  std::uint64_t release_threshold = 0;
+  int reuse_follow_event = 1, reuse_opportunistic = 1, reuse_internal = 1;
+};
+
+namespace {
+
+std::uint64_t chunk_round(std::uint64_t v) { return (v + kMemoryGranularity - 1) / kMemoryGranularity * kMemoryGranularity; }
+
+// Gives back reserved-but-unused memory above `keep` bytes, in whole chunks.
+void trim_locked(MemPool* p, std::uint64_t keep) {
+  std::uint64_t floor = chunk_round(std::max(p->used, keep));
+  if (p->reserved <= floor) return;
+  const std::uint64_t give = p->reserved - floor;
+  p->reserved = floor;
+  uncharge_device(p->device, give);
+}
+
+MemPool* default_pool_locked(int device) {
+  Driver& g = driver();
+  if (!g.default_pool[device]) {
+    auto* p = new MemPool();
+    p->device = device;
+    g.default_pool[device] = p;
+    add_live_locked(p);
+  }
+  if (!g.current_pool[device]) g.current_pool[device] = g.default_pool[device];
+  return g.current_pool[device];
+}
+
+CUresult alloc_from_pool(CUdeviceptr* dptr, std::size_t bytes, MemPool* pool, CUstream hs, bool pt) {
+  if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (!pool) pool = default_pool_locked(s->ctx->device);
+  if (!is_live_locked(pool)) return CUDA_ERROR_INVALID_VALUE;
+  const std::uint64_t size = (bytes + kAllocAlignment - 1) / kAllocAlignment * kAllocAlignment;
+  if (pool->used + size > pool->reserved) {
+    const std::uint64_t grow = chunk_round(pool->used + size - pool->reserved);
+    if (!g.machine->charge(pool->device, grow)) {
+      // The pool's own idle memory, then that of dead processes, before refusing.
+      trim_locked(pool, 0);
+      g.machine->reap_dead_slots();
+      const std::uint64_t again = pool->used + size > pool->reserved ? chunk_round(pool->used + size - pool->reserved) : 0;
+      if (again && !g.machine->charge(pool->device, again)) return CUDA_ERROR_OUT_OF_MEMORY;
+      pool->reserved += again;
+    } else {
+      pool->reserved += grow;
+    }
+  }
+  void* p = map_host_memory(size);
+  if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+  pool->used += size;
+  pool->used_high = std::max(pool->used_high, pool->used);
+  pool->reserved_high = std::max(pool->reserved_high, pool->reserved);
+  Allocation a;
+  a.base = reinterpret_cast<std::uintptr_t>(p);
+  a.size = bytes;
+  a.mapped = size;
+  a.charged = 0;  // the pool holds the charge
+  a.kind = MemKind::pool;
+  a.ctx = s->ctx;
+  a.device = pool->device;
+  a.pool = pool;
+  a.buffer_id = g.next_id++;
+  g.allocations[a.base] = a;
+  *dptr = static_cast<CUdeviceptr>(a.base);
+  return CUDA_SUCCESS;
+}
+
+CUresult free_to_pool(CUdeviceptr dptr, CUstream hs, bool pt) {
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto it = g.allocations.find(static_cast<std::uintptr_t>(dptr));
+  if (it == g.allocations.end() || it->second.kind != MemKind::pool) return CUDA_ERROR_INVALID_VALUE;
+  Allocation a = it->second;
+  g.allocations.erase(it);
+  // The memory returns to its pool when the stream reaches the free.
+  Op op;
+  op.kind = Op::Kind::host;
+  op.host = [a] {
+    std::lock_guard<std::mutex> lk2(driver().mu);
+    a.pool->used -= a.mapped <= a.pool->used ? a.mapped : a.pool->used;
+    unmap_host_memory(reinterpret_cast<void*>(a.base), a.mapped);
+  };
+  enqueue_locked(s, std::move(op));
+  return CUDA_SUCCESS;
+}
+
+MemPool* live_pool_locked(CUmemoryPool h) {
+  auto* p = reinterpret_cast<MemPool*>(h);
+  return is_live_locked(p) ? p : nullptr;
+}
+
+}  // namespace
+
+void pool_trim_at_sync(int device) {
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  for (MemPool* p : {g.default_pool[device], g.current_pool[device]})
+    if (p && is_live_locked(p)) trim_locked(p, p->release_threshold);
+}
+
+}  // namespace simgpu
+
+using namespace simgpu;
+
+extern "C" {
+
+CUresult cuMemAllocAsync(CUdeviceptr* d, size_t n, CUstream s) { return alloc_from_pool(d, n, nullptr, s, false); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr* d, size_t n, CUstream s) { return alloc_from_pool(d, n, nullptr, s, true); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr* d, size_t n, CUmemoryPool p, CUstream s) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  return alloc_from_pool(d, n, reinterpret_cast<MemPool*>(p), s, false);
+}
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* d, size_t n, CUmemoryPool p, CUstream s) {
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  return alloc_from_pool(d, n, reinterpret_cast<MemPool*>(p), s, true);
+}
+CUresult cuMemFreeAsync(CUdeviceptr d, CUstream s) { return free_to_pool(d, s, false); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr d, CUstream s) { return free_to_pool(d, s, true); }
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* out, CUdevice dev) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  default_pool_locked(dev);
+  *out = reinterpret_cast<CUmemoryPool>(driver().default_pool[dev]);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetMemPool(CUmemoryPool* out, CUdevice dev) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  *out = reinterpret_cast<CUmemoryPool>(default_pool_locked(dev));
+  return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  MemPool* p = live_pool_locked(pool);
+  if (!p || p->device != dev) return CUDA_ERROR_INVALID_VALUE;
+  default_pool_locked(dev);
+  driver().current_pool[dev] = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* props) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!out || !props) return CUDA_ERROR_INVALID_VALUE;
+  if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED || props->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+      !valid_device(props->location.id))
+    return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* p = new MemPool();
+  p->device = props->location.id;
+  add_live_locked(p);
+  *out = reinterpret_cast<CUmemoryPool>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+  if (CUresult r = ensure_initialized()) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  MemPool* p = live_pool_locked(pool);
+  if (!p || p == g.default_pool[p->device]) return CUDA_ERROR_INVALID_VALUE;
+  if (g.current_pool[p->device] == p) g.current_pool[p->device] = g.default_pool[p->device];
+  // Memory still allocated from it is freed with the pool, as the driver defers and then releases it.
+  for (auto it = g.allocations.begin(); it != g.allocations.end();) {
+    if (it->second.pool == p) {
+      unmap_host_memory(reinterpret_cast<void*>(it->second.base), it->second.mapped);
+      it = g.allocations.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  if (p->reserved) uncharge_device(p->device, p->reserved);
+  remove_live_locked(p);
+  delete p;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  MemPool* p = live_pool_locked(pool);
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  trim_locked(p, keep);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  MemPool* p = live_pool_locked(pool);
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: p->release_threshold = *static_cast<cuuint64_t*>(value); break;
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: p->reuse_follow_event = *static_cast<int*>(value); break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: p->reuse_opportunistic = *static_cast<int*>(value); break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: p->reuse_internal = *static_cast<int*>(value); break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;  // only a reset to 0
+      p->reserved_high = p->reserved;
+      break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
+      p->used_high = p->used;
+      break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  MemPool* p = live_pool_locked(pool);
+  if (!p) return CUDA_ERROR_INVALID_VALUE;
+  auto* u64 = static_cast<cuuint64_t*>(value);
+  switch (attr) {
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *u64 = p->release_threshold; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *u64 = p->reserved; break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *u64 = p->reserved_high; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *u64 = p->used; break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *u64 = p->used_high; break;
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: *static_cast<int*>(value) = p->reuse_follow_event; break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: *static_cast<int*>(value) = p->reuse_opportunistic; break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *static_cast<int*>(value) = p->reuse_internal; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,47 @@
+// cuGetProcAddress in both ABIs: (name, version, flags) -> the export that cudaTypedefs.h assigns,
+// through the shared table in libslice/procaddr_map.
+#include <cstring>
+#include <string_view>
+
+#include "driver.h"
+#include "procaddr_map.h"
+
+namespace simgpu {
+void* export_address(std::string_view name);
+}
+
+using namespace simgpu;
+
+namespace {
+CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                CUdriverProcAddressQueryResult* status) {
+  if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  *pfn = nullptr;
+  const slice::ProcAddrResolution r = slice::resolve_procaddr(symbol, version, flags);
+  CUdriverProcAddressQueryResult s = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  if (r.status == slice::ProcAddrStatus::version_not_sufficient) s = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
+  if (r.status == slice::ProcAddrStatus::found) {
+    *pfn = export_address(r.export_name);
+    if (*pfn) s = CU_GET_PROC_ADDRESS_SUCCESS;
+  }
+  if (status) *status = s;
+  return s == CU_GET_PROC_ADDRESS_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+}  // namespace
+
+extern "C" {
+
+CUresult cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  return lookup(symbol, pfn, version, flags, nullptr);
+}
+
+CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                             CUdriverProcAddressQueryResult* status) {
+  return lookup(symbol, pfn, version, flags, status);
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) { return cuDevicePrimaryCtxSetFlags_v2(dev, flags); }
+
+}  // extern "C"

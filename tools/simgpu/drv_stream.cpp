@@ -1,0 +1,267 @@
+// Streams, events, host functions and stream callbacks.
+#include <unordered_map>
+
+#include "driver.h"
+
+namespace simgpu {
+
+namespace {
+// The per-thread default stream of each context, created on first use by this thread.
+thread_local std::unordered_map<Context*, Stream*> t_per_thread_streams;
+}  // namespace
+
+CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out) {
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  if (handle == CU_STREAM_PER_THREAD || (handle == nullptr && per_thread_default)) {
+    Stream*& s = t_per_thread_streams[c];
+    if (!s || !is_live_locked(s)) {
+      s = new Stream();
+      s->ctx = c;
+      s->id = g.next_id++;
+      c->streams.push_back(s);
+      add_live_locked(s);
+    }
+    *out = s;
+    return CUDA_SUCCESS;
+  }
+  if (handle == nullptr || handle == CU_STREAM_LEGACY) {
+    *out = c->null_stream;
+    return CUDA_SUCCESS;
+  }
+  auto* s = reinterpret_cast<Stream*>(handle);
+  if (!is_live_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+  *out = s;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace simgpu
+
+using namespace simgpu;
+
+namespace {
+
+CUresult create_stream(CUstream* ph, unsigned flags, int priority) {
+  if (!ph) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto* s = new Stream();
+  s->ctx = c;
+  s->flags = flags;
+  s->priority = priority > 0 ? 0 : (priority < -5 ? -5 : priority);  // clamped to the range, as the driver does
+  s->id = g.next_id++;
+  c->streams.push_back(s);
+  add_live_locked(s);
+  *ph = reinterpret_cast<CUstream>(s);
+  return CUDA_SUCCESS;
+}
+
+CUresult stream_query(CUstream h, bool pt) {
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(h, pt, &s)) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  return s->queue.empty() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult stream_sync(CUstream h, bool pt) {
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(h, pt, &s)) return r;
+  return stream_synchronize(s);
+}
+
+CUresult stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool pt) {
+  if (flags & ~1u) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(h, pt, &s)) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto* e = reinterpret_cast<Event*>(ev);
+  if (!is_live_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
+  if (e->recorded == 0 || e->completed >= e->recorded) return CUDA_SUCCESS;  // nothing to wait for
+  Op op;
+  op.kind = Op::Kind::wait_event;
+  op.event = e;
+  op.event_generation = e->recorded;
+  enqueue_locked(s, std::move(op));
+  return CUDA_SUCCESS;
+}
+
+CUresult add_host_call(CUstream h, std::function<void()> fn, bool pt) {
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(h, pt, &s)) return r;
+  Op op;
+  op.kind = Op::Kind::host;
+  op.host = std::move(fn);
+  enqueue(s, std::move(op));
+  return CUDA_SUCCESS;
+}
+
+CUresult event_record(CUevent ev, CUstream h, bool pt) {
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(h, pt, &s)) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto* e = reinterpret_cast<Event*>(ev);
+  if (!is_live_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
+  if (s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  Op op;
+  op.kind = Op::Kind::event_record;
+  op.event = e;
+  op.event_generation = e->recorded + 1;
+  enqueue_locked(s, std::move(op));
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuStreamCreate(CUstream* ph, unsigned int flags) { return create_stream(ph, flags, 0); }
+CUresult cuStreamCreateWithPriority(CUstream* ph, unsigned int flags, int priority) {
+  return create_stream(ph, flags, priority);
+}
+
+CUresult cuStreamDestroy_v2(CUstream h) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* s = reinterpret_cast<Stream*>(h);
+  if (!is_live_locked(s) || s->legacy) return CUDA_ERROR_INVALID_HANDLE;
+  destroy_stream_locked(s);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuStreamQuery(CUstream h) { return stream_query(h, false); }
+CUresult cuStreamQuery_ptsz(CUstream h) { return stream_query(h, true); }
+CUresult cuStreamSynchronize(CUstream h) { return stream_sync(h, false); }
+CUresult cuStreamSynchronize_ptsz(CUstream h) { return stream_sync(h, true); }
+CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int f) { return stream_wait_event(h, e, f, false); }
+CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int f) { return stream_wait_event(h, e, f, true); }
+
+#define SIM_STREAM_GETTERS(SUFFIX, PT)                                              \
+  CUresult cuStreamGetPriority##SUFFIX(CUstream h, int* p) {                         \
+    if (!p) return CUDA_ERROR_INVALID_VALUE;                                         \
+    Stream* s = nullptr;                                                             \
+    if (CUresult r = resolve_stream(h, PT, &s)) return r;                            \
+    *p = s->priority;                                                                \
+    return CUDA_SUCCESS;                                                             \
+  }                                                                                  \
+  CUresult cuStreamGetFlags##SUFFIX(CUstream h, unsigned int* f) {                   \
+    if (!f) return CUDA_ERROR_INVALID_VALUE;                                         \
+    Stream* s = nullptr;                                                             \
+    if (CUresult r = resolve_stream(h, PT, &s)) return r;                            \
+    *f = s->flags;                                                                   \
+    return CUDA_SUCCESS;                                                             \
+  }                                                                                  \
+  CUresult cuStreamGetCtx##SUFFIX(CUstream h, CUcontext* c) {                        \
+    if (!c) return CUDA_ERROR_INVALID_VALUE;                                         \
+    Stream* s = nullptr;                                                             \
+    if (CUresult r = resolve_stream(h, PT, &s)) return r;                            \
+    *c = reinterpret_cast<CUcontext>(s->ctx);                                        \
+    return CUDA_SUCCESS;                                                             \
+  }                                                                                  \
+  CUresult cuStreamGetId##SUFFIX(CUstream h, unsigned long long* id) {               \
+    if (!id) return CUDA_ERROR_INVALID_VALUE;                                        \
+    Stream* s = nullptr;                                                             \
+    if (CUresult r = resolve_stream(h, PT, &s)) return r;                            \
+    *id = s->id;                                                                     \
+    return CUDA_SUCCESS;                                                             \
+  }                                                                                  \
+  CUresult cuStreamGetDevice##SUFFIX(CUstream h, CUdevice* d) {                      \
+    if (!d) return CUDA_ERROR_INVALID_VALUE;                                         \
+    Stream* s = nullptr;                                                             \
+    if (CUresult r = resolve_stream(h, PT, &s)) return r;                            \
+    *d = s->ctx->device;                                                             \
+    return CUDA_SUCCESS;                                                             \
+  }                                                                                  \
+  CUresult cuLaunchHostFunc##SUFFIX(CUstream h, CUhostFn fn, void* data) {           \
+    if (!fn) return CUDA_ERROR_INVALID_VALUE;                                        \
+    return add_host_call(h, [fn, data] { fn(data); }, PT);                           \
+  }                                                                                  \
+  CUresult cuStreamAddCallback##SUFFIX(CUstream h, CUstreamCallback cb, void* data,  \
+                                       unsigned int flags) {                         \
+    if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;                          \
+    return add_host_call(h, [cb, data, h] { cb(h, CUDA_SUCCESS, data); }, PT);       \
+  }                                                                                  \
+  CUresult cuEventRecord##SUFFIX(CUevent e, CUstream h) { return event_record(e, h, PT); } \
+  CUresult cuEventRecordWithFlags##SUFFIX(CUevent e, CUstream h, unsigned int f) {   \
+    if (f & ~1u) return CUDA_ERROR_INVALID_VALUE;                                    \
+    return event_record(e, h, PT);                                                   \
+  }
+
+SIM_STREAM_GETTERS(, false)
+SIM_STREAM_GETTERS(_ptsz, true)
+
+CUresult cuStreamGetCtx_v2(CUstream h, CUcontext* c, CUgreenCtx* green) {
+  if (green) *green = nullptr;
+  return cuStreamGetCtx(h, c);
+}
+CUresult cuStreamGetCtx_v2_ptsz(CUstream h, CUcontext* c, CUgreenCtx* green) {
+  if (green) *green = nullptr;
+  return cuStreamGetCtx_ptsz(h, c);
+}
+
+CUresult cuEventCreate(CUevent* ph, unsigned int flags) {
+  if (!ph) return CUDA_ERROR_INVALID_VALUE;
+  if (flags & ~0xFu) return CUDA_ERROR_INVALID_VALUE;
+  Context* c = nullptr;
+  if (CUresult r = current_context(&c)) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* e = new Event();
+  e->ctx = c;
+  e->flags = flags;
+  add_live_locked(e);
+  *ph = reinterpret_cast<CUevent>(e);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventDestroy_v2(CUevent ev) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* e = reinterpret_cast<Event*>(ev);
+  if (!is_live_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
+  remove_live_locked(e);
+  // Queued records and waits may still refer to it; the few bytes are not reclaimed.
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventQuery(CUevent ev) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* e = reinterpret_cast<Event*>(ev);
+  if (!is_live_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
+  return e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+CUresult cuEventSynchronize(CUevent ev) {
+  if (CUresult r = ensure_initialized()) return r;
+  Driver& g = driver();
+  std::unique_lock<std::mutex> lk(g.mu);
+  auto* e = reinterpret_cast<Event*>(ev);
+  if (!is_live_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
+  const std::uint64_t target = e->recorded;
+  g.done_cv.wait(lk, [&] { return e->completed >= target; });
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventElapsedTime_v2(float* ms, CUevent start, CUevent end) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!ms) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* a = reinterpret_cast<Event*>(start);
+  auto* b = reinterpret_cast<Event*>(end);
+  if (!is_live_locked(a) || !is_live_locked(b)) return CUDA_ERROR_INVALID_HANDLE;
+  if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  if (a->recorded == 0 || b->recorded == 0) return CUDA_ERROR_INVALID_HANDLE;
+  if (a->completed < a->recorded || b->completed < b->recorded) return CUDA_ERROR_NOT_READY;
+  *ms = static_cast<float>((static_cast<double>(b->time_ns) - static_cast<double>(a->time_ns)) / 1e6);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end) { return cuEventElapsedTime_v2(ms, start, end); }
+
+}  // extern "C"

@@ -1,0 +1,223 @@
+// Virtual memory management: physical allocations (cuMemCreate) are memfd-backed, address ranges
+// are PROT_NONE reservations, and cuMemMap maps the memfd into the range, so two mappings of one
+// allocation really alias. Physical memory is charged at cuMemCreate and given back when it is both
+// released and unmapped everywhere, as the driver does.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "driver.h"
+
+namespace simgpu {
+namespace {
+
+struct PhysicalAllocation {
+  int device = 0;
+  std::size_t size = 0;
+  int fd = -1;
+  int refs = 1;  // the handle itself, plus one per mapping
+};
+
+struct Mapping {
+  std::size_t size = 0;
+  PhysicalAllocation* phys = nullptr;
+};
+
+struct Reservation {
+  std::size_t size = 0;
+};
+
+std::map<std::uintptr_t, Reservation> g_reservations;  // guarded by driver().mu
+std::map<std::uintptr_t, Mapping> g_mappings;
+
+void drop_ref_locked(PhysicalAllocation* p) {
+  if (--p->refs > 0) return;
+  uncharge_device(p->device, p->size);
+  close(p->fd);
+  remove_live_locked(p);
+  delete p;
+}
+
+bool inside_reservation_locked(std::uintptr_t ptr, std::size_t size) {
+  auto it = g_reservations.upper_bound(ptr);
+  if (it == g_reservations.begin()) return false;
+  --it;
+  return ptr >= it->first && ptr + size <= it->first + it->second.size;
+}
+
+}  // namespace
+}  // namespace simgpu
+
+using namespace simgpu;
+
+extern "C" {
+
+CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!g || !prop) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(prop->location.id))
+    return CUDA_ERROR_INVALID_DEVICE;
+  *g = kMemoryGranularity;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
+                     unsigned long long flags) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!handle || !prop || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+    return CUDA_ERROR_INVALID_VALUE;
+  if (!valid_device(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
+  if (size == 0 || size % kMemoryGranularity) return CUDA_ERROR_INVALID_VALUE;
+  const int dev = prop->location.id;
+  if (!charge_device(dev, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+  int fd = memfd_create("simgpu-vmm", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    if (fd >= 0) close(fd);
+    uncharge_device(dev, size);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* p = new PhysicalAllocation{dev, size, fd, 1};
+  add_live_locked(p);
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* p = reinterpret_cast<PhysicalAllocation*>(handle);
+  if (!is_live_locked(p)) return CUDA_ERROR_INVALID_VALUE;
+  // The handle stops being valid now; the memory goes when the last mapping does.
+  remove_live_locked(p);
+  drop_ref_locked(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!ptr || size == 0 || size % kMemoryGranularity || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (alignment && (alignment & (alignment - 1))) return CUDA_ERROR_INVALID_VALUE;
+  const std::size_t align = std::max<std::size_t>(alignment, kMemoryGranularity);
+  // Over-reserve so the range can be aligned, then give back the slack on both sides.
+  const std::size_t span = size + align;
+  void* hint = reinterpret_cast<void*>(addr);
+  void* raw = mmap(hint, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  const std::uintptr_t start = (reinterpret_cast<std::uintptr_t>(raw) + align - 1) / align * align;
+  const std::uintptr_t end = start + size;
+  if (start > reinterpret_cast<std::uintptr_t>(raw)) munmap(raw, start - reinterpret_cast<std::uintptr_t>(raw));
+  const std::uintptr_t raw_end = reinterpret_cast<std::uintptr_t>(raw) + span;
+  if (raw_end > end) munmap(reinterpret_cast<void*>(end), raw_end - end);
+  std::lock_guard<std::mutex> lk(driver().mu);
+  g_reservations[start] = Reservation{size};
+  *ptr = static_cast<CUdeviceptr>(start);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto it = g_reservations.find(static_cast<std::uintptr_t>(ptr));
+  if (it == g_reservations.end() || it->second.size != size) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& [base, m] : g_mappings)
+    if (base >= ptr && base < ptr + size) return CUDA_ERROR_INVALID_VALUE;  // unmap first
+  munmap(reinterpret_cast<void*>(ptr), size);
+  g_reservations.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (flags != 0 || size == 0 || size % kMemoryGranularity || offset % kMemoryGranularity)
+    return CUDA_ERROR_INVALID_VALUE;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto* p = reinterpret_cast<PhysicalAllocation*>(handle);
+  if (!is_live_locked(p)) return CUDA_ERROR_INVALID_HANDLE;
+  if (offset + size > p->size) return CUDA_ERROR_INVALID_VALUE;
+  const auto base = static_cast<std::uintptr_t>(ptr);
+  if (!inside_reservation_locked(base, size)) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& [b, m] : g_mappings)
+    if (base < b + m.size && b < base + size) return CUDA_ERROR_ALREADY_MAPPED;
+  // Not accessible until cuMemSetAccess, as on the device.
+  void* r = mmap(reinterpret_cast<void*>(base), size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, static_cast<off_t>(offset));
+  if (r == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  g_mappings[base] = Mapping{size, p};
+  p->refs++;
+  Allocation a;
+  a.base = base;
+  a.size = size;
+  a.mapped = size;
+  a.kind = MemKind::device;
+  a.device = p->device;
+  a.ctx = g.primary[p->device];
+  a.buffer_id = g.next_id++;
+  g.allocations[base] = a;  // so copies, sets and pointer queries see the range
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  if (CUresult r = ensure_initialized()) return r;
+  Driver& g = driver();
+  std::lock_guard<std::mutex> lk(g.mu);
+  auto it = g_mappings.find(static_cast<std::uintptr_t>(ptr));
+  if (it == g_mappings.end() || it->second.size != size) return CUDA_ERROR_INVALID_VALUE;
+  mmap(reinterpret_cast<void*>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+  PhysicalAllocation* p = it->second.phys;
+  g_mappings.erase(it);
+  g.allocations.erase(static_cast<std::uintptr_t>(ptr));
+  drop_ref_locked(p);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* desc, size_t count) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  const auto base = static_cast<std::uintptr_t>(ptr);
+  std::size_t covered = 0;
+  for (auto& [b, m] : g_mappings)
+    if (b >= base && b + m.size <= base + size) covered += m.size;
+  if (covered != size) return CUDA_ERROR_INVALID_VALUE;
+  int prot = PROT_NONE;
+  for (std::size_t i = 0; i < count; ++i) {
+    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(desc[i].location.id))
+      return CUDA_ERROR_INVALID_DEVICE;
+    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) prot = PROT_READ | PROT_WRITE;
+    else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE) prot = PROT_READ;
+  }
+  mprotect(reinterpret_cast<void*>(ptr), size, prot);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmemGenericAllocationHandle handle) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!prop) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* p = reinterpret_cast<PhysicalAllocation*>(handle);
+  if (!is_live_locked(p)) return CUDA_ERROR_INVALID_VALUE;
+  *prop = CUmemAllocationProp{};
+  prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop->location.id = p->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto it = g_mappings.upper_bound(reinterpret_cast<std::uintptr_t>(addr));
+  if (it == g_mappings.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  if (reinterpret_cast<std::uintptr_t>(addr) >= it->first + it->second.size) return CUDA_ERROR_INVALID_VALUE;
+  PhysicalAllocation* p = it->second.phys;
+  p->refs++;
+  add_live_locked(p);
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(p);
+  return CUDA_SUCCESS;
+}
+
+}  // extern "C"
