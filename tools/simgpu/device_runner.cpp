@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <climits>
 #include <ctime>
 
@@ -13,6 +14,7 @@ namespace simgpu {
 namespace {
 
 constexpr std::uint64_t kLivenessCheckNs = 20'000'000;  // how often a waiter checks the holder is alive
+constexpr std::uint64_t kWakeupSlackNs = 500'000;
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected, std::uint64_t timeout_ns) {
   timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000ull), static_cast<long>(timeout_ns % 1'000'000'000ull)};
@@ -50,13 +52,21 @@ bool DeviceRunner::others_waiting() const {
 
 void DeviceRunner::acquire() {
   const int mine = static_cast<int>(me_ - 1);
+  const std::uint64_t wait_start = monotonic_ns();
   device_.waiting[mine / 64].fetch_or(1ull << (mine % 64));
-  std::uint64_t last_check = monotonic_ns();
+  std::uint64_t last_check = wait_start;
+  std::uint64_t start = 0;  // device time at which our work starts
   for (;;) {
     std::uint32_t owner = device_.owner.load();
-    if (owner == me_) break;  // handed to us
+    if (owner == me_) {  // handed to us: we run from the moment the previous context stopped
+      start = std::max(wait_start, device_.handover_ns.load());
+      break;
+    }
     if (owner == 0) {
-      if (device_.owner.compare_exchange_strong(owner, me_)) break;
+      if (device_.owner.compare_exchange_strong(owner, me_)) {
+        start = monotonic_ns();
+        break;
+      }
       continue;
     }
     futex_wait(&device_.owner, owner, kLivenessCheckNs);
@@ -72,9 +82,8 @@ void DeviceRunner::acquire() {
   }
   device_.waiting[mine / 64].fetch_and(~(1ull << (mine % 64)));
   held_ = true;
-  const std::uint64_t now = monotonic_ns();
-  clock_ = now;
-  slice_end_ = now + slice_ns_;
+  clock_ = start;
+  slice_end_ = start + slice_ns_;
 }
 
 void DeviceRunner::hand_over() {
@@ -83,6 +92,7 @@ void DeviceRunner::hand_over() {
   for (int step = 1; step < kMaxProcesses; ++step) {
     const int s = (mine + step) % kMaxProcesses;
     if (device_.waiting[s / 64].load() & (1ull << (s % 64))) {
+      device_.handover_ns.store(clock_);
       device_.owner.store(static_cast<std::uint32_t>(s + 1));
       futex_wake_all(&device_.owner);
       held_ = false;
@@ -98,9 +108,10 @@ void DeviceRunner::hand_over() {
 std::uint64_t DeviceRunner::run(std::uint64_t ns) {
   std::uint64_t remaining = ns;
   if (held_) {
-    // The device sat idle between our kernels: its clock moves on to now.
+    // The device sat idle between our kernels: its clock moves on to now. A lag shorter than a
+    // thread's wake-up is our scheduling, not the device's: the device kept running.
     const std::uint64_t now = monotonic_ns();
-    if (clock_ < now) clock_ = now;
+    if (clock_ + kWakeupSlackNs < now) clock_ = now;
     if (clock_ >= slice_end_) {
       if (others_waiting()) hand_over();
       else slice_end_ = clock_ + slice_ns_;

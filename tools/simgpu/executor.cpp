@@ -107,8 +107,10 @@ void executor_main(DeviceExecutor* ex) {
       const std::uint64_t now = monotonic_ns();
       const bool more = s->queue.size() > 1 || kernel_ready_locked(ex->device);
       if (finished > now && !(more && finished - now < kCompletionLeadNs)) {
+        // With more work queued, stay half a lead ahead of the device so its clock never waits on
+        // our wake-up; with none, report completion exactly when the device finishes.
         lk.unlock();
-        DeviceRunner::sleep_until(finished);
+        DeviceRunner::sleep_until(more ? finished - kCompletionLeadNs / 2 : finished);
         lk.lock();
       }
     }
@@ -122,9 +124,12 @@ void executor_main(DeviceExecutor* ex) {
       for (DeviceExecutor* other : g.executors)
         if (other && other != ex) other->cv.notify_all();  // a wait on another device may now be ready
     }
+    const bool was_record = done.kind == Op::Kind::event_record;
     s->queue.pop_front();
     s->head_running = false;
-    g.done_cv.notify_all();
+    // Host threads wait for a stream to drain or an event to complete: wake them only then, so a
+    // long queue of short kernels costs no wake-up per kernel.
+    if (was_record || s->queue.empty()) g.done_cv.notify_all();
   }
 }
 

@@ -51,6 +51,9 @@ struct DeviceState {
   // it with a futex and set their bit in `waiting`.
   std::atomic<std::uint32_t> owner;
   std::atomic<std::uint64_t> waiting[kWaiterWords];
+  // The device clock at the last hand-over: the next context's work starts there, however late
+  // its process wakes, since a real GPU switches contexts in microseconds.
+  std::atomic<std::uint64_t> handover_ns;
   std::atomic<std::uint64_t> busy_ns;
   std::atomic<std::uint64_t> kernels;
   UtilBucket util[kUtilBuckets];

@@ -1,0 +1,80 @@
+// A small CUDA driver-API program for multi-process tests: optionally allocates memory, then keeps
+// the device busy with spin kernels of a given length for a given time. Prints "ready" once its
+// memory is allocated and its first kernel is queued, so a test knows when to measure or kill it.
+#include <cuda.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace {
+
+// A spin kernel in PTX: the simulator runs it for its first parameter in nanoseconds.
+const char kSpinPtx[] =
+    ".version 8.0\n.target sm_80\n.address_size 64\n"
+    ".visible .entry spin(.param .u64 spin_param_0) { ret; }\n";
+
+int fail(const char* what, CUresult r) {
+  const char* name = nullptr;
+  cuGetErrorName(r, &name);
+  std::fprintf(stderr, "spin_worker: %s failed: %s\n", what, name ? name : "?");
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 3;
+  unsigned long long kernel_us = 1000;
+  unsigned long long alloc_mib = 0;
+  int depth = 0;  // kernels per batch; 0: about 4 ms of work
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i];
+    if (k == "--seconds") seconds = std::atof(argv[i + 1]);
+    else if (k == "--kernel-us") kernel_us = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--alloc-mib") alloc_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--depth") depth = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: spin_worker [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D]\n");
+      return 2;
+    }
+  }
+  CUresult r;
+  if ((r = cuInit(0))) return fail("cuInit", r);
+  CUcontext ctx;
+  if ((r = cuDevicePrimaryCtxRetain(&ctx, 0))) return fail("cuDevicePrimaryCtxRetain", r);
+  if ((r = cuCtxSetCurrent(ctx))) return fail("cuCtxSetCurrent", r);
+  if (alloc_mib) {
+    CUdeviceptr p;
+    if ((r = cuMemAlloc(&p, alloc_mib << 20))) return fail("cuMemAlloc", r);
+  }
+  CUmodule mod;
+  CUfunction spin;
+  if ((r = cuModuleLoadData(&mod, kSpinPtx))) return fail("cuModuleLoadData", r);
+  if ((r = cuModuleGetFunction(&spin, mod, "spin"))) return fail("cuModuleGetFunction", r);
+  CUstream stream;
+  if ((r = cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING))) return fail("cuStreamCreate", r);
+  // Two batches of about 4 ms each in flight: the host refills one while the device runs the other.
+  if (depth == 0) depth = static_cast<int>(4000 / (kernel_us ? kernel_us : 1));
+  depth = depth < 1 ? 1 : (depth > 4000 ? 4000 : depth);
+  CUevent batch_done[2];
+  for (CUevent& e : batch_done) cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+  unsigned long long ns = kernel_us * 1000;
+  void* params[] = {&ns};
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (unsigned long long batch = 0; std::chrono::steady_clock::now() < end; ++batch) {
+    CUevent& done = batch_done[batch % 2];
+    if (batch >= 2) cuEventSynchronize(done);  // the batch before the previous one has finished
+    for (int k = 0; k < depth; ++k)
+      if ((r = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr))) return fail("cuLaunchKernel", r);
+    cuEventRecord(done, stream);
+    if (batch == 0) {
+      std::printf("ready\n");
+      std::fflush(stdout);
+    }
+  }
+  cuStreamSynchronize(stream);
+  return 0;
+}
