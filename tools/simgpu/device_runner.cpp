@@ -76,8 +76,11 @@ void DeviceRunner::acquire() {
       // A holder that died keeps the token forever unless someone takes it back: reaping its slot
       // returns the token (and its memory).
       std::uint32_t holder = device_.owner.load();
-      if (holder != 0 && holder != me_ && !machine_.slot_alive(static_cast<int>(holder - 1)))
+      if (holder != 0 && holder != me_ && !machine_.slot_alive(static_cast<int>(holder - 1))) {
         machine_.reap_slot(static_cast<int>(holder - 1));
+        // Also when the slot was already free (its process exited while its executor ran).
+        if (device_.owner.compare_exchange_strong(holder, 0)) futex_wake_all(&device_.owner);
+      }
     }
   }
   device_.waiting[mine / 64].fetch_and(~(1ull << (mine % 64)));

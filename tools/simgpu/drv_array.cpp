@@ -1,5 +1,9 @@
 // CUDA arrays, 3D arrays and mipmapped arrays. Each is charged its size as cuArrayGetMemoryRequirements
 // reports it: rows padded to 512 bytes, times height and depth (and summed over mip levels).
+// As on the driver, cuArrayGetMemoryRequirements answers only for an array created with
+// CUDA_ARRAY3D_DEFERRED_MAPPING, and such an array has no memory (and no charge) of its own: its
+// memory comes from a later cuMemMapArrayAsync. So the size an ordinary array is charged is what
+// the requirements of a deferred-mapping array of the same description say.
 #include "driver.h"
 
 namespace simgpu {
@@ -8,7 +12,7 @@ namespace {
 struct SimArray {
   CUDA_ARRAY3D_DESCRIPTOR desc{};
   int device = 0;
-  std::uint64_t bytes = 0;   // charged
+  std::uint64_t bytes = 0;   // its size; charged unless it is a deferred-mapping array
   void* memory = nullptr;
   bool level_of_mipmap = false;
 };
@@ -17,7 +21,12 @@ struct SimMipmappedArray {
   int device = 0;
   std::vector<SimArray*> levels;
   std::uint64_t bytes = 0;
+  bool deferred = false;  // CUDA_ARRAY3D_DEFERRED_MAPPING
 };
+
+bool deferred_mapping(const CUDA_ARRAY3D_DESCRIPTOR& d) { return (d.Flags & CUDA_ARRAY3D_DEFERRED_MAPPING) != 0; }
+
+std::uint64_t charge_of(const SimArray* a) { return deferred_mapping(a->desc) ? 0 : a->bytes; }
 
 std::uint64_t format_bytes(CUarray_format f) {
   switch (f) {
@@ -46,10 +55,11 @@ CUresult create_array(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR& d) {
   Context* c = nullptr;
   if (CUresult r = current_context(&c)) return r;
   const std::uint64_t bytes = array_bytes(d);
-  if (!charge_device(c->device, bytes)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const std::uint64_t charge = deferred_mapping(d) ? 0 : bytes;
+  if (charge && !charge_device(c->device, charge)) return CUDA_ERROR_OUT_OF_MEMORY;
   void* mem = map_host_memory(bytes);
   if (!mem) {
-    uncharge_device(c->device, bytes);
+    if (charge) uncharge_device(c->device, charge);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   std::lock_guard<std::mutex> lk(driver().mu);
@@ -60,7 +70,7 @@ CUresult create_array(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR& d) {
 }
 
 void free_array_locked(SimArray* a) {
-  uncharge_device(a->device, a->bytes);
+  if (const std::uint64_t charge = charge_of(a)) uncharge_device(a->device, charge);
   unmap_host_memory(a->memory, a->bytes);
   remove_live_locked(a);
   delete a;
@@ -129,6 +139,7 @@ CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req, CUarr
   std::lock_guard<std::mutex> lk(driver().mu);
   SimArray* a = live_array_locked(h);
   if (!a) return CUDA_ERROR_INVALID_HANDLE;
+  if (!deferred_mapping(a->desc)) return CUDA_ERROR_INVALID_VALUE;  // only for deferred mapping
   *req = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
   req->size = a->bytes;
   req->alignment = 512;
@@ -141,6 +152,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRI
   if (CUresult r = current_context(&c)) return r;
   auto* m = new SimMipmappedArray();
   m->device = c->device;
+  m->deferred = deferred_mapping(*d);
   CUDA_ARRAY3D_DESCRIPTOR level = *d;
   for (unsigned i = 0; i < levels; ++i) {
     CUarray a = nullptr;
@@ -180,6 +192,7 @@ CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* r
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* m = reinterpret_cast<SimMipmappedArray*>(h);
   if (!is_live_locked(m)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!m->deferred) return CUDA_ERROR_INVALID_VALUE;  // only for deferred mapping
   *req = CUDA_ARRAY_MEMORY_REQUIREMENTS{};
   req->size = m->bytes;
   req->alignment = 512;

@@ -19,6 +19,9 @@ CUresult current_context(Context** out) {
   std::lock_guard<std::mutex> lk(driver().mu);
   if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
   Context* c = t_stack.back();
+  // Only live contexts are ever pushed, so a dead one here was destroyed (by cuCtxDestroy on another
+  // thread) while current to this thread: the driver documents CONTEXT_IS_DESTROYED for that case.
+  if (!is_live_locked(c)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   if (CUresult r = checked_context_locked(c)) return r;
   *out = c;
   return CUDA_SUCCESS;

@@ -125,7 +125,9 @@ CUresult cuDeviceGetPCIBusId(char* bus_id, int len, CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;
   if (!bus_id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  std::snprintf(bus_id, static_cast<std::size_t>(len), "%s", device_pci_bus_id(dev).c_str());
+  // The driver's form has a 4-digit domain, "0000:17:00.0": 12 characters, and cuda.h asks for a
+  // buffer of 13. (device_pci_bus_id() is NVML's busId, with an 8-digit domain, which would not fit.)
+  std::snprintf(bus_id, static_cast<std::size_t>(len), "%04X:%02X:00.0", 0u, device_pci_bus(dev));
   return CUDA_SUCCESS;
 }
 

@@ -21,6 +21,9 @@ std::uint64_t chunk_round(std::uint64_t v) { return (v + kMemoryGranularity - 1)
 
 // Gives back reserved-but-unused memory above `keep` bytes, in whole chunks.
 void trim_locked(MemPool* p, std::uint64_t keep) {
+  // Nothing to give back when the pool may keep all it has; this also keeps a threshold near
+  // UINT64_MAX (a common "never release" setting) from overflowing chunk_round below.
+  if (keep >= p->reserved) return;
   std::uint64_t floor = chunk_round(std::max(p->used, keep));
   if (p->reserved <= floor) return;
   const std::uint64_t give = p->reserved - floor;

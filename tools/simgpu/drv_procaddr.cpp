@@ -17,6 +17,9 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags,
                 CUdriverProcAddressQueryResult* status) {
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
   *pfn = nullptr;
+  // "If the specified CUDA version is greater than the driver version, the API will return
+  // CUDA_ERROR_INVALID_VALUE" (cuda.h): a program built for a newer CUDA learns the driver is older.
+  if (version > kDriverVersion) return CUDA_ERROR_INVALID_VALUE;
   const slice::ProcAddrResolution r = slice::resolve_procaddr(symbol, version, flags);
   CUdriverProcAddressQueryResult s = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
   if (r.status == slice::ProcAddrStatus::version_not_sufficient) s = CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;

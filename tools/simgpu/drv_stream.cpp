@@ -1,4 +1,5 @@
 // Streams, events, host functions and stream callbacks.
+#include <algorithm>
 #include <unordered_map>
 
 #include "driver.h"
@@ -7,7 +8,11 @@ namespace simgpu {
 
 namespace {
 // The per-thread default stream of each context, created on first use by this thread.
-thread_local std::unordered_map<Context*, Stream*> t_per_thread_streams;
+struct PerThreadStream {
+  Stream* stream = nullptr;
+  std::uint64_t id = 0;  // the stream's id when it was made, to recognise it
+};
+thread_local std::unordered_map<Context*, PerThreadStream> t_per_thread_streams;
 }  // namespace
 
 CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out) {
@@ -16,15 +21,21 @@ CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out) 
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
   if (handle == CU_STREAM_PER_THREAD || (handle == nullptr && per_thread_default)) {
-    Stream*& s = t_per_thread_streams[c];
-    if (!s || !is_live_locked(s)) {
-      s = new Stream();
+    PerThreadStream& pt = t_per_thread_streams[c];
+    // The remembered stream is destroyed with its context (a primary context that is released and
+    // retained again keeps its address), and its memory may then hold another object, even another
+    // live handle: is_live() cannot tell. Only a stream still listed in the context, with the id
+    // it was made with, is this thread's stream; otherwise make a new one.
+    const auto& listed = c->streams;
+    if (!pt.stream || std::find(listed.begin(), listed.end(), pt.stream) == listed.end() || pt.stream->id != pt.id) {
+      auto* s = new Stream();
       s->ctx = c;
       s->id = g.next_id++;
       c->streams.push_back(s);
       add_live_locked(s);
+      pt = PerThreadStream{s, s->id};
     }
-    *out = s;
+    *out = pt.stream;
     return CUDA_SUCCESS;
   }
   if (handle == nullptr || handle == CU_STREAM_LEGACY) {
@@ -245,6 +256,11 @@ CUresult cuEventSynchronize(CUevent ev) {
   if (!is_live_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
   const std::uint64_t target = e->recorded;
   g.done_cv.wait(lk, [&] { return e->completed >= target; });
+  const int device = e->ctx->device;
+  lk.unlock();
+  // Pools give memory above their release threshold back at a stream, event or context
+  // synchronisation (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD): this is the event one.
+  pool_trim_at_sync(device);
   return CUDA_SUCCESS;
 }
 

@@ -14,7 +14,8 @@ struct PhysicalAllocation {
   int device = 0;
   std::size_t size = 0;
   int fd = -1;
-  int refs = 1;  // the handle itself, plus one per mapping
+  int refs = 1;         // the handle references below, plus one per mapping
+  int handle_refs = 1;  // cuMemCreate, plus one per cuMemRetainAllocationHandle: each needs a cuMemRelease
 };
 
 struct Mapping {
@@ -77,7 +78,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   std::lock_guard<std::mutex> lk(driver().mu);
-  auto* p = new PhysicalAllocation{dev, size, fd, 1};
+  auto* p = new PhysicalAllocation{dev, size, fd, 1, 1};
   add_live_locked(p);
   *handle = reinterpret_cast<CUmemGenericAllocationHandle>(p);
   return CUDA_SUCCESS;
@@ -88,8 +89,9 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* p = reinterpret_cast<PhysicalAllocation*>(handle);
   if (!is_live_locked(p)) return CUDA_ERROR_INVALID_VALUE;
-  // The handle stops being valid now; the memory goes when the last mapping does.
-  remove_live_locked(p);
+  // The handle stops being valid when its last reference is released (a retained handle is the
+  // same handle and needs its own release); the memory goes when the last mapping does.
+  if (--p->handle_refs == 0) remove_live_locked(p);
   drop_ref_locked(p);
   return CUDA_SUCCESS;
 }
@@ -214,8 +216,9 @@ CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void*
   --it;
   if (reinterpret_cast<std::uintptr_t>(addr) >= it->first + it->second.size) return CUDA_ERROR_INVALID_VALUE;
   PhysicalAllocation* p = it->second.phys;
+  // The same handle value as the one mapped, with one more reference to release.
   p->refs++;
-  add_live_locked(p);
+  if (p->handle_refs++ == 0) add_live_locked(p);
   *handle = reinterpret_cast<CUmemGenericAllocationHandle>(p);
   return CUDA_SUCCESS;
 }

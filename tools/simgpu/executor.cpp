@@ -96,7 +96,7 @@ void executor_main(DeviceExecutor* ex) {
     std::uint64_t finished = monotonic_ns();
     if (kind == Op::Kind::kernel) {
       finished = ex->runner.run(ns);
-      m.state().slots[m.slot()].dev[ex->device].kernels.fetch_add(1);
+      if (const int slot = m.slot(); slot >= 0) m.state().slots[slot].dev[ex->device].kernels.fetch_add(1);
       m.state().devices[ex->device].kernels.fetch_add(1);
     } else if (kind == Op::Kind::host && host) {
       host();

@@ -277,21 +277,25 @@ void Machine::lock_memory(int device) {
 void Machine::unlock_memory(int device) { pthread_mutex_unlock(&state_->devices[device].memory_lock); }
 
 bool Machine::charge(int device, std::uint64_t bytes) {
+  const int slot = slot_.load();
+  if (slot < 0) return false;
   DeviceState& d = state_->devices[device];
   lock_memory(device);
   bool ok = d.used_bytes <= d.total_bytes && bytes <= d.total_bytes - d.used_bytes;
   if (ok) {
     d.used_bytes += bytes;
-    state_->slots[slot_].dev[device].memory_bytes.fetch_add(bytes);
+    state_->slots[slot].dev[device].memory_bytes.fetch_add(bytes);
   }
   unlock_memory(device);
   return ok;
 }
 
 void Machine::uncharge(int device, std::uint64_t bytes) {
+  const int slot = slot_.load();
+  if (slot < 0) return;
   DeviceState& d = state_->devices[device];
   lock_memory(device);
-  auto& mine = state_->slots[slot_].dev[device].memory_bytes;
+  auto& mine = state_->slots[slot].dev[device].memory_bytes;
   std::uint64_t take = bytes <= mine.load() ? bytes : mine.load();
   mine.fetch_sub(take);
   d.used_bytes -= take <= d.used_bytes ? take : d.used_bytes;
@@ -343,10 +347,10 @@ int Machine::reap_dead_slots() {
 }
 
 void Machine::release_own_slot() {
-  if (slot_ < 0) return;
-  reap_locked_slot(slot_);
-  unlock_slot_byte(slot_);
-  slot_ = -1;
+  const int slot = slot_.exchange(-1);
+  if (slot < 0) return;
+  reap_locked_slot(slot);
+  unlock_slot_byte(slot);
 }
 
 void Machine::forget_after_fork() {
@@ -371,8 +375,10 @@ void add_to_bucket(UtilBucket* buckets, std::uint64_t ns, std::uint64_t now) {
 }  // namespace
 
 void Machine::add_busy(int device, std::uint64_t ns, std::uint64_t now) {
+  const int slot = slot_.load();
+  if (slot < 0) return;  // the process is exiting and has given its slot back
   DeviceState& d = state_->devices[device];
-  SlotDeviceStats& s = state_->slots[slot_].dev[device];
+  SlotDeviceStats& s = state_->slots[slot].dev[device];
   s.busy_ns.fetch_add(ns);
   d.busy_ns.fetch_add(ns);
   add_to_bucket(s.util, ns, now);

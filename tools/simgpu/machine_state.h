@@ -101,7 +101,7 @@ class Machine {
   int device_count() const { return static_cast<int>(state_->header.device_count); }
 
   bool claim_slot(std::string& error);
-  int slot() const { return slot_; }
+  int slot() const { return slot_.load(); }
   void release_own_slot();   // normal exit: give back memory and token
 
   // Memory: charge/uncharge this process for `bytes` on `device`; false when the device is full.
@@ -131,7 +131,7 @@ class Machine {
 
   MachineState* state_ = nullptr;
   int fd_ = -1;
-  int slot_ = -1;
+  std::atomic<int> slot_{-1};  // read by executor threads while an exiting main thread clears it
 };
 
 }  // namespace simgpu

@@ -42,12 +42,22 @@ std::string device_pci_bus_id(int device) {
 }
 
 int device_by_pci_bus_id(const std::string& bus_id, int device_count) {
-  // Accept the short "17:00.0", the 4-digit and 8-digit domain forms, in any letter case.
+  // The forms cuDeviceGetByPCIBusId documents, "[domain]:[bus]:[device].[function]",
+  // "[domain]:[bus]:[device]" and "[bus]:[device].[function]", with a 4- or 8-digit domain, in any
+  // letter case. The whole string must be an id.
   unsigned domain = 0, bus = 0, dev = 0, fn = 0;
-  if (std::sscanf(bus_id.c_str(), "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4) {
+  const char* s = bus_id.c_str();
+  int used = 0;
+  if (std::sscanf(s, "%x:%x:%x%n", &domain, &bus, &dev, &used) == 3) {
+    s += used;
+    if (*s == '.' && std::sscanf(s, ".%x%n", &fn, &used) == 1) s += used;
+  } else if (std::sscanf(s, "%x:%x.%x%n", &bus, &dev, &fn, &used) == 3) {
     domain = 0;
-    if (std::sscanf(bus_id.c_str(), "%x:%x.%x", &bus, &dev, &fn) != 3) return -1;
+    s += used;
+  } else {
+    return -1;
   }
+  if (*s != '\0') return -1;
   for (int d = 0; d < device_count; ++d)
     if (domain == 0 && bus == device_pci_bus(d) && dev == 0 && fn == 0) return d;
   return -1;

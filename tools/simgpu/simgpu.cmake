@@ -42,3 +42,10 @@ set_property(TARGET simgpu_nvml APPEND PROPERTY LINK_DEPENDS ${CMAKE_CURRENT_SOU
 add_executable(simgpu-stat simgpu_stat.cpp)
 target_link_libraries(simgpu-stat PRIVATE simgpu_common)
 set_target_properties(simgpu-stat PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin)
+
+# A sample client that keeps the device busy (tests, benchmarks and the demo use it).
+add_executable(simgpu-load simgpu_load.cpp)
+target_include_directories(simgpu-load PRIVATE ${CUDA_DRIVER_INCLUDE_DIR})
+target_link_libraries(simgpu-load PRIVATE simgpu_cuda)
+set_target_properties(simgpu-load PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/bin
+  BUILD_RPATH ${SIMGPU_LIB_DIR})

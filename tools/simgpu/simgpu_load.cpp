@@ -1,6 +1,8 @@
-// A small CUDA driver-API program for multi-process tests: optionally allocates memory, then keeps
-// the device busy with spin kernels of a given length for a given time. Prints "ready" once its
-// memory is allocated and its first kernel is queued, so a test knows when to measure or kill it.
+// simgpu-load: a small CUDA driver-API program that loads a GPU the way a busy client does: it
+// optionally allocates memory, then keeps the device busy with spin kernels of a given length for a
+// given time. Prints "ready" once its memory is allocated and its first kernels are queued, so tests,
+// benchmarks and the demo know when to measure or kill it. Works on the simulated GPU; on a real one
+// the PTX kernel returns at once.
 #include <cuda.h>
 
 #include <chrono>
@@ -19,7 +21,7 @@ const char kSpinPtx[] =
 int fail(const char* what, CUresult r) {
   const char* name = nullptr;
   cuGetErrorName(r, &name);
-  std::fprintf(stderr, "spin_worker: %s failed: %s\n", what, name ? name : "?");
+  std::fprintf(stderr, "simgpu-load: %s failed: %s\n", what, name ? name : "?");
   return 1;
 }
 
@@ -37,7 +39,9 @@ int main(int argc, char** argv) {
     else if (k == "--alloc-mib") alloc_mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--depth") depth = std::atoi(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: spin_worker [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D]\n");
+      std::fprintf(stderr, "usage: simgpu-load [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D]\n"
+                   "  keeps device 0 busy with spin kernels of N us (default 1000) for S seconds (default 3),\n"
+                   "  after allocating M MiB (default 0); D kernels per batch (default: about 4 ms of work)\n");
       return 2;
     }
   }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Installs what is missing (as root, with apt; otherwise prints the one command to run), then
+# configures and builds libslice in ./build. Used by scripts/demo.sh and scripts/test.sh.
+#   scripts/setup.sh [--python]   --python also prepares build/venv with the PyPI test clients
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+with_python=0
+[ "${1:-}" = "--python" ] && with_python=1
+
+# Debian packages: the build, GoogleTest, spdlog and fmt (header-only use), libunwind, Python.
+packages=(cmake g++ make python3 python3-venv libgtest-dev libspdlog-dev libfmt-dev libunwind-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# python3-venv is only needed when python3 cannot make a venv by itself (a non-Debian python).
+if [[ " ${missing[*]} " == *" python3-venv "* ]] && python3 -m venv --help >/dev/null 2>&1; then
+  missing=("${missing[@]/python3-venv}")
+fi
+if [[ " ${missing[*]} " == *" python3 "* ]] && command -v python3 >/dev/null; then
+  missing=("${missing[@]/python3}")
+fi
+read -r -a missing <<< "${missing[*]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "setup: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "setup: missing packages. Run, as root:"
+    echo "  apt-get update && apt-get install -y ${missing[*]}"
+    exit 1
+  fi
+fi
+
+# The CUDA toolkit (driver API headers; nvcc for the sample kernels) is not a Debian package.
+if [ -z "${CUDA_HOME:-}" ]; then
+  if command -v nvcc >/dev/null; then CUDA_HOME=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")
+  else CUDA_HOME=/usr/local/cuda; fi
+fi
+if [ ! -f "$CUDA_HOME/include/cuda.h" ]; then
+  echo "setup: the CUDA toolkit was not found (no $CUDA_HOME/include/cuda.h)."
+  echo "  Install the CUDA toolkit, or set CUDA_HOME to where it is."
+  exit 1
+fi
+
+werror=OFF
+[ "${CI:-}" = "true" ] && werror=ON  # warnings are errors in CI
+cmake_args=(-S . -B build -DCUDA_HOME="$CUDA_HOME" -DSLICE_WERROR=$werror)
+
+if [ $with_python = 1 ]; then
+  if [ ! -x build/venv/bin/python ]; then
+    mkdir -p build
+    python3 -m venv build/venv
+  fi
+  # Real clients that nobody here wrote, from PyPI: NVIDIA's cuda-bindings and nvidia-ml-py.
+  build/venv/bin/python -m pip install -q --disable-pip-version-check cuda-bindings nvidia-ml-py pytest
+  cmake_args+=(-DSLICE_TEST_PYTHON="$PWD/build/venv/bin/python")
+fi
+
+cmake "${cmake_args[@]}" >/dev/null
+cmake --build build -j2
