@@ -59,5 +59,15 @@ if [ $with_python = 1 ]; then
   cmake_args+=(-DSLICE_TEST_PYTHON="$PWD/build/venv/bin/python")
 fi
 
-cmake "${cmake_args[@]}" >/dev/null
-cmake --build build -j2
+mkdir -p build
+if ! cmake "${cmake_args[@]}" > build/configure.log 2>&1; then
+  cat build/configure.log
+  echo "setup: configuring failed (log: build/configure.log)"
+  exit 1
+fi
+echo "setup: building in build/ (log: build/build.log)"
+if ! cmake --build build -j2 > build/build.log 2>&1; then
+  grep -E "error|Error" build/build.log | head -40
+  echo "setup: the build failed (full log: build/build.log)"
+  exit 1
+fi

@@ -1,0 +1,72 @@
+// On a real GPU: replays every cuGetProcAddress_v2 look-up the CUDA 13 runtime makes
+// (tests/data/cudart13-procaddr-lookups.tsv) against the installed driver, and records whether the
+// driver hands out exactly its exported symbol for each (ARCHITECTURE.md part B leaves this open).
+// Exit status 0 when every row resolves to the recorded export (or is not found where recorded so).
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+using GetProcV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+using Init = CUresult (*)(unsigned);
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: procaddr_real LOOKUPS.tsv\n");
+    return 2;
+  }
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    std::printf("procaddr_real: no driver (%s)\n", dlerror());
+    return 2;
+  }
+  auto init = reinterpret_cast<Init>(dlsym(lib, "cuInit"));
+  auto get = reinterpret_cast<GetProcV2>(dlsym(lib, "cuGetProcAddress_v2"));
+  if (!init || !get || init(0) != CUDA_SUCCESS) {
+    std::printf("procaddr_real: the driver did not initialise\n");
+    return 1;
+  }
+  std::ifstream in(argv[1]);
+  std::string line;
+  int rows = 0, same = 0, other_address = 0, wrong = 0;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#' || line.rfind("symbol\t", 0) == 0) continue;
+    std::istringstream f(line);
+    std::string symbol, version, flags, expected;
+    std::getline(f, symbol, '\t');
+    std::getline(f, version, '\t');
+    std::getline(f, flags, '\t');
+    std::getline(f, expected);
+    ++rows;
+    void* p = nullptr;
+    CUdriverProcAddressQueryResult status{};
+    CUresult r = get(symbol.c_str(), &p, std::stoi(version), std::stoull(flags), &status);
+    if (expected == "NOT FOUND") {
+      if (r == CUDA_SUCCESS && p) {
+        ++wrong;
+        std::printf("  %s@%s flags %s: found, recorded as NOT FOUND\n", symbol.c_str(), version.c_str(), flags.c_str());
+      } else {
+        ++same;
+      }
+      continue;
+    }
+    void* exported = dlsym(lib, expected.c_str());
+    if (r != CUDA_SUCCESS || !p) {
+      ++wrong;
+      std::printf("  %s@%s flags %s: not found (expected %s)\n", symbol.c_str(), version.c_str(), flags.c_str(),
+                  expected.c_str());
+    } else if (p == exported) {
+      ++same;
+    } else {
+      ++other_address;  // a valid entry point, but not the exported symbol's address
+      std::printf("  %s@%s flags %s: address differs from dlsym(%s)\n", symbol.c_str(), version.c_str(),
+                  flags.c_str(), expected.c_str());
+    }
+  }
+  std::printf("procaddr_real: %d rows, %d at the exported address, %d at another address, %d wrong\n", rows, same,
+              other_address, wrong);
+  return wrong == 0 && rows >= 400 ? 0 : 1;
+}
