@@ -270,6 +270,7 @@ void Machine::lock_memory(int device) {
     std::uint64_t sum = 0;
     for (ProcessSlot& s : state_->slots) sum += s.dev[device].memory_bytes.load();
     d.used_bytes = sum;
+    d.lock_recoveries.fetch_add(1);
     pthread_mutex_consistent(&d.memory_lock);
   }
 }

@@ -56,6 +56,7 @@ struct DeviceState {
   std::atomic<std::uint64_t> handover_ns;
   std::atomic<std::uint64_t> busy_ns;
   std::atomic<std::uint64_t> kernels;
+  std::atomic<std::uint64_t> lock_recoveries;  // times memory_lock's holder died inside it
   UtilBucket util[kUtilBuckets];
 };
 

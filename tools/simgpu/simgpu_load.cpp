@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -32,16 +33,19 @@ int main(int argc, char** argv) {
   unsigned long long kernel_us = 1000;
   unsigned long long alloc_mib = 0;
   int depth = 0;  // kernels per batch; 0: about 4 ms of work
+  bool churn = false;  // also allocate and free small blocks as fast as possible, on a second thread
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--seconds") seconds = std::atof(argv[i + 1]);
     else if (k == "--kernel-us") kernel_us = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--alloc-mib") alloc_mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--depth") depth = std::atoi(argv[i + 1]);
+    else if (k == "--churn") churn = std::atoi(argv[i + 1]) != 0;
     else {
-      std::fprintf(stderr, "usage: simgpu-load [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D]\n"
+      std::fprintf(stderr, "usage: simgpu-load [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D] [--churn 0|1]\n"
                    "  keeps device 0 busy with spin kernels of N us (default 1000) for S seconds (default 3),\n"
-                   "  after allocating M MiB (default 0); D kernels per batch (default: about 4 ms of work)\n");
+                   "  after allocating M MiB (default 0); D kernels per batch (default: about 4 ms of work);\n"
+                   "  --churn 1 also allocates and frees 4 KiB blocks without pause on a second thread\n");
       return 2;
     }
   }
@@ -53,6 +57,16 @@ int main(int argc, char** argv) {
   if (alloc_mib) {
     CUdeviceptr p;
     if ((r = cuMemAlloc(&p, alloc_mib << 20))) return fail("cuMemAlloc", r);
+  }
+  if (churn) {
+    // Spends most of its time inside the driver's memory bookkeeping, so that a kill lands there.
+    std::thread([ctx] {
+      cuCtxSetCurrent(ctx);
+      for (;;) {
+        CUdeviceptr p;
+        if (cuMemAlloc(&p, 4096) == CUDA_SUCCESS) cuMemFree(p);
+      }
+    }).detach();
   }
   CUmodule mod;
   CUfunction spin;
