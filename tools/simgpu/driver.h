@@ -55,6 +55,7 @@ struct Stream {
   bool legacy = false;          // the context's NULL stream
   std::deque<Op> queue;         // guarded by g.mu
   bool head_running = false;
+  bool in_busy_list = false;    // listed in its device's streams with work (executor.cpp)
   Graph* capture = nullptr;     // stream capture in progress
   CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   std::uint64_t capture_id = 0;
@@ -165,6 +166,8 @@ void unmap_host_memory(void* p, std::size_t bytes);
 bool charge_device(int device, std::uint64_t bytes);
 void uncharge_device(int device, std::uint64_t bytes);
 void pool_trim_at_sync(int device);            // release pooled memory above the threshold
+// The cuMemAddressReserve range that holds ptr (drv_vmm.cpp), g.mu held; false when there is none.
+bool vmm_reservation_locked(std::uintptr_t ptr, std::uintptr_t* base, std::size_t* size);
 
 // Kernels
 std::uint64_t kernel_duration_ns(const Function* f, void** params, void** extra);
@@ -176,5 +179,6 @@ const char* error_string(CUresult code);
 // Context creation shared by cuCtxCreate* and the primary context.
 CUresult create_context(int device, unsigned flags, bool primary, Context** out);
 void destroy_context_locked(Context* c);
+void destroy_context_arrays_locked(Context* c);  // drv_array.cpp: the arrays a context owns
 
 }  // namespace simgpu

@@ -4,6 +4,8 @@
 // CUDA_ARRAY3D_DEFERRED_MAPPING, and such an array has no memory (and no charge) of its own: its
 // memory comes from a later cuMemMapArrayAsync. So the size an ordinary array is charged is what
 // the requirements of a deferred-mapping array of the same description say.
+#include <unordered_set>
+
 #include "driver.h"
 
 namespace simgpu {
@@ -15,6 +17,7 @@ struct SimArray {
   std::uint64_t bytes = 0;   // its size; charged unless it is a deferred-mapping array
   void* memory = nullptr;
   bool level_of_mipmap = false;
+  Context* ctx = nullptr;    // destroyed with it
 };
 
 struct SimMipmappedArray {
@@ -22,7 +25,12 @@ struct SimMipmappedArray {
   std::vector<SimArray*> levels;
   std::uint64_t bytes = 0;
   bool deferred = false;  // CUDA_ARRAY3D_DEFERRED_MAPPING
+  Context* ctx = nullptr;
 };
+
+// Every live array and mipmapped array, so that a context's go with it (guarded by driver().mu).
+std::unordered_set<SimArray*> g_arrays;
+std::unordered_set<SimMipmappedArray*> g_mipmaps;
 
 bool deferred_mapping(const CUDA_ARRAY3D_DESCRIPTOR& d) { return (d.Flags & CUDA_ARRAY3D_DEFERRED_MAPPING) != 0; }
 
@@ -63,8 +71,9 @@ CUresult create_array(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR& d) {
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   std::lock_guard<std::mutex> lk(driver().mu);
-  auto* a = new SimArray{d, c->device, bytes, mem, false};
+  auto* a = new SimArray{d, c->device, bytes, mem, false, c};
   add_live_locked(a);
+  g_arrays.insert(a);
   *out = reinterpret_cast<CUarray>(a);
   return CUDA_SUCCESS;
 }
@@ -73,7 +82,15 @@ void free_array_locked(SimArray* a) {
   if (const std::uint64_t charge = charge_of(a)) uncharge_device(a->device, charge);
   unmap_host_memory(a->memory, a->bytes);
   remove_live_locked(a);
+  g_arrays.erase(a);
   delete a;
+}
+
+void free_mipmap_locked(SimMipmappedArray* m) {
+  for (SimArray* l : m->levels) free_array_locked(l);
+  remove_live_locked(m);
+  g_mipmaps.erase(m);
+  delete m;
 }
 
 SimArray* live_array_locked(CUarray h) {
@@ -82,6 +99,15 @@ SimArray* live_array_locked(CUarray h) {
 }
 
 }  // namespace
+
+// A context's arrays are destroyed with it, and their memory returned, as the driver does.
+void destroy_context_arrays_locked(Context* c) {
+  for (SimMipmappedArray* m : std::vector<SimMipmappedArray*>(g_mipmaps.begin(), g_mipmaps.end()))
+    if (m->ctx == c) free_mipmap_locked(m);
+  for (SimArray* a : std::vector<SimArray*>(g_arrays.begin(), g_arrays.end()))
+    if (a->ctx == c && !a->level_of_mipmap) free_array_locked(a);
+}
+
 }  // namespace simgpu
 
 using namespace simgpu;
@@ -153,6 +179,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRI
   auto* m = new SimMipmappedArray();
   m->device = c->device;
   m->deferred = deferred_mapping(*d);
+  m->ctx = c;
   CUDA_ARRAY3D_DESCRIPTOR level = *d;
   for (unsigned i = 0; i < levels; ++i) {
     CUarray a = nullptr;
@@ -172,6 +199,7 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRI
   }
   std::lock_guard<std::mutex> lk(driver().mu);
   add_live_locked(m);
+  g_mipmaps.insert(m);
   *out = reinterpret_cast<CUmipmappedArray>(m);
   return CUDA_SUCCESS;
 }
@@ -204,9 +232,7 @@ CUresult cuMipmappedArrayDestroy(CUmipmappedArray h) {
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* m = reinterpret_cast<SimMipmappedArray*>(h);
   if (!is_live_locked(m)) return CUDA_ERROR_INVALID_HANDLE;
-  for (SimArray* l : m->levels) free_array_locked(l);
-  remove_live_locked(m);
-  delete m;
+  free_mipmap_locked(m);
   return CUDA_SUCCESS;
 }
 

@@ -67,6 +67,7 @@ void destroy_context_locked(Context* c) {
       ++it;
     }
   }
+  destroy_context_arrays_locked(c);  // arrays and mipmapped arrays go with their context too
   for (Stream* s : std::vector<Stream*>(c->streams)) destroy_stream_locked(s);
   if (c->charged) g.machine->uncharge(c->device, c->charged);
   c->charged = 0;

@@ -264,8 +264,17 @@ static CUresult pointer_attribute_locked(void* data, CUpointer_attribute attr, C
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = a->buffer_id; break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<int*>(data) = a->kind == MemKind::managed; break;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = a->device; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = a->base; break;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<std::size_t*>(data) = a->size; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
+      // For memory mapped with cuMemMap the range is the whole cuMemAddressReserve reservation, not
+      // the mapping (cuda.h; cuMemGetAddressRange gives the mapping).
+      std::uintptr_t base = a->base;
+      std::size_t size = a->size;
+      vmm_reservation_locked(static_cast<std::uintptr_t>(ptr), &base, &size);
+      if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *static_cast<CUdeviceptr*>(data) = base;
+      else *static_cast<std::size_t*>(data) = size;
+      break;
+    }
     case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<int*>(data) = 1; break;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *static_cast<int*>(data) = a->kind == MemKind::device; break;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *static_cast<unsigned long long*>(data) = 0; break;

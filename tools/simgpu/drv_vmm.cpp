@@ -46,6 +46,17 @@ bool inside_reservation_locked(std::uintptr_t ptr, std::size_t size) {
 }
 
 }  // namespace
+
+bool vmm_reservation_locked(std::uintptr_t ptr, std::uintptr_t* base, std::size_t* size) {
+  auto it = g_reservations.upper_bound(ptr);
+  if (it == g_reservations.begin()) return false;
+  --it;
+  if (ptr < it->first || ptr >= it->first + it->second.size) return false;
+  *base = it->first;
+  *size = it->second.size;
+  return true;
+}
+
 }  // namespace simgpu
 
 using namespace simgpu;

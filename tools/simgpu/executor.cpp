@@ -52,6 +52,7 @@ Stream* pick_locked(int device) {
   for (std::size_t i = 0; i < list.size();) {
     Stream* s = list[i];
     if (s->queue.empty()) {
+      s->in_busy_list = false;
       list[i] = list.back();
       list.pop_back();
       continue;
@@ -149,10 +150,12 @@ void enqueue_locked(Stream* s, Op op) {
   Driver& g = driver();
   op.seq = g.next_seq++;
   if (op.kind == Op::Kind::event_record) op.event->recorded = op.event_generation;
-  const bool was_empty = s->queue.empty();
   s->queue.push_back(std::move(op));
   const int device = s->ctx->device;
-  if (was_empty) busy_streams(device).push_back(s);
+  if (!s->in_busy_list) {
+    s->in_busy_list = true;
+    busy_streams(device).push_back(s);
+  }
   executor_locked(device)->cv.notify_one();
 }
 
