@@ -1548,6 +1548,24 @@ TEST_F(SimKernels, StreamWaitEventOrdersWorkAcrossStreams) {
 // Graphs
 // ---------------------------------------------------------------------------------------------
 
+TEST_F(Sim, HandlesOfTheWrongKindAreRefusedNotReinterpreted) {
+  CUstream stream;
+  CUevent event;
+  CU(cuStreamCreate(&stream, 0));
+  CU(cuEventCreate(&event, 0));
+  // An event passed as a stream, a stream as an event, a context as a module: refused, never used.
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuStreamSynchronize(reinterpret_cast<CUstream>(event)));
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuEventRecord(reinterpret_cast<CUevent>(stream), nullptr));
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuEventQuery(reinterpret_cast<CUevent>(stream)));
+  CUcontext ctx;
+  CU(cuCtxGetCurrent(&ctx));
+  CUfunction f;
+  EXPECT_CU(CUDA_ERROR_INVALID_HANDLE, cuModuleGetFunction(&f, reinterpret_cast<CUmodule>(ctx), "spin"));
+  EXPECT_CU(CUDA_ERROR_INVALID_CONTEXT, cuCtxPushCurrent(reinterpret_cast<CUcontext>(stream)));
+  CU(cuEventDestroy(event));
+  CU(cuStreamDestroy(stream));
+}
+
 TEST_F(SimKernels, CapturedGraphOfSpinKernels) {
   CUstream s = nullptr;
   CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));

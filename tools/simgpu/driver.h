@@ -1,7 +1,7 @@
 // Process-wide state of the simulated driver, shared by the drv_*.cpp files that implement the API.
 // Handles given to the application are pointers to these objects; every handle is checked against
-// the set of live objects before use, so a stale or made-up handle gives the driver's error code,
-// never a crash.
+// the map of live objects and their kinds before use, so a stale, made-up or wrong-kind handle gives
+// the driver's error code, never a crash.
 #pragma once
 
 #define __CUDA_API_VERSION_INTERNAL 1  // declares every export by its real name (cuMemAlloc_v2, ...)
@@ -15,7 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "device_runner.h"
@@ -122,6 +122,30 @@ struct Library {
 
 struct DeviceExecutor;
 
+// The kind of object behind each live handle: a handle of one kind passed where another is expected
+// is refused like a stale one, never reinterpreted.
+enum class HandleKind : std::uint8_t {
+  context, stream, event, module, function, graph, graph_node, graph_exec, mem_pool,
+  physical_allocation, array, mipmapped_array
+};
+template <class T> struct HandleKindOf;
+#define SIMGPU_HANDLE_KIND(T, K) \
+  struct T;                      \
+  template <> struct HandleKindOf<T> { static constexpr HandleKind value = HandleKind::K; };
+SIMGPU_HANDLE_KIND(Context, context)
+SIMGPU_HANDLE_KIND(Stream, stream)
+SIMGPU_HANDLE_KIND(Event, event)
+SIMGPU_HANDLE_KIND(Module, module)
+SIMGPU_HANDLE_KIND(Function, function)
+SIMGPU_HANDLE_KIND(Graph, graph)
+SIMGPU_HANDLE_KIND(GraphNode, graph_node)
+SIMGPU_HANDLE_KIND(GraphExec, graph_exec)
+SIMGPU_HANDLE_KIND(MemPool, mem_pool)
+SIMGPU_HANDLE_KIND(PhysicalAllocation, physical_allocation)
+SIMGPU_HANDLE_KIND(SimArray, array)
+SIMGPU_HANDLE_KIND(SimMipmappedArray, mipmapped_array)
+#undef SIMGPU_HANDLE_KIND
+
 struct Driver {
   std::mutex mu;                    // guards everything below except the machine's own atomics
   std::condition_variable done_cv;  // stream/event progress, for host threads that synchronize
@@ -129,7 +153,7 @@ struct Driver {
   CUresult init_error = CUDA_SUCCESS;
   Machine* machine = nullptr;
   int device_count = 0;
-  std::unordered_set<const void*> live;  // every live handle of any kind
+  std::unordered_map<const void*, HandleKind> live;  // every live handle and what it is
   Context* primary[kMaxDevices] = {};
   MemPool* default_pool[kMaxDevices] = {};
   MemPool* current_pool[kMaxDevices] = {};
@@ -144,10 +168,16 @@ Driver& driver();
 // --- helpers shared by the API files (g.mu must NOT be held unless the name says so) ---
 CUresult ensure_initialized();                  // CUDA_ERROR_NOT_INITIALIZED before cuInit
 CUresult current_context(Context** out);        // CUDA_ERROR_INVALID_CONTEXT when none
-bool is_live(const void* handle);               // takes g.mu
-bool is_live_locked(const void* handle);
-void add_live_locked(const void* handle);
-void remove_live_locked(const void* handle);
+template <class T> bool is_live_locked(const T* handle) {
+  auto it = driver().live.find(handle);
+  return handle && it != driver().live.end() && it->second == HandleKindOf<T>::value;
+}
+template <class T> bool is_live(const T* handle) {  // takes g.mu
+  std::lock_guard<std::mutex> lk(driver().mu);
+  return is_live_locked(handle);
+}
+template <class T> void add_live_locked(const T* handle) { driver().live[handle] = HandleKindOf<T>::value; }
+inline void remove_live_locked(const void* handle) { driver().live.erase(handle); }
 bool valid_device(CUdevice dev);
 
 // Streams: resolves 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD for the current context.

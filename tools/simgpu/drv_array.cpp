@@ -9,7 +9,7 @@
 #include "driver.h"
 
 namespace simgpu {
-namespace {
+
 
 struct SimArray {
   CUDA_ARRAY3D_DESCRIPTOR desc{};
@@ -27,6 +27,8 @@ struct SimMipmappedArray {
   bool deferred = false;  // CUDA_ARRAY3D_DEFERRED_MAPPING
   Context* ctx = nullptr;
 };
+
+namespace {
 
 // Every live array and mipmapped array, so that a context's go with it (guarded by driver().mu).
 std::unordered_set<SimArray*> g_arrays;

@@ -37,13 +37,6 @@ CUresult ensure_initialized() {
   return g.init_error != CUDA_SUCCESS ? g.init_error : CUDA_ERROR_NOT_INITIALIZED;
 }
 
-bool is_live_locked(const void* h) { return h && driver().live.count(h) != 0; }
-bool is_live(const void* h) {
-  std::lock_guard<std::mutex> lk(driver().mu);
-  return is_live_locked(h);
-}
-void add_live_locked(const void* h) { driver().live.insert(h); }
-void remove_live_locked(const void* h) { driver().live.erase(h); }
 
 }  // namespace simgpu
 

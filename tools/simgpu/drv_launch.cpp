@@ -217,7 +217,7 @@ CUresult add_kernel_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, 
   Graph* g = live_graph_locked(hg);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < ndeps; ++i)
-    if (!is_live_locked(deps[i])) return CUDA_ERROR_INVALID_VALUE;
+    if (!is_live_locked(reinterpret_cast<GraphNode*>(deps[i]))) return CUDA_ERROR_INVALID_VALUE;
   GraphNode* n = add_node_locked(g, CU_GRAPH_NODE_TYPE_KERNEL, deps, ndeps);
   n->func = f;
   n->kernel = p;
@@ -251,7 +251,7 @@ extern "C" {
   }                                                                                                              \
   CUresult cuGraphLaunch##SUFFIX(CUgraphExec e, CUstream s) { return graph_launch(e, s, PT); }                  \
   CUresult cuGraphUpload##SUFFIX(CUgraphExec e, CUstream) {                                                     \
-    return is_live(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;                                                \
+    return is_live(reinterpret_cast<GraphExec*>(e)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;                                                \
   }                                                                                                              \
   CUresult cuStreamBeginCapture_v2##SUFFIX(CUstream s, CUstreamCaptureMode m) { return begin_capture(s, m, PT); } \
   CUresult cuStreamBeginCapture##SUFFIX(CUstream s) {                                                           \

@@ -265,7 +265,7 @@ CUresult cuKernelGetFunction(CUfunction* func, CUkernel kernel) {
   if (!func) return CUDA_ERROR_INVALID_VALUE;
   Context* c = nullptr;
   if (CUresult r = current_context(&c)) return r;
-  if (!is_live(kernel)) return CUDA_ERROR_INVALID_HANDLE;
+  if (!is_live(reinterpret_cast<Function*>(kernel))) return CUDA_ERROR_INVALID_HANDLE;
   *func = reinterpret_cast<CUfunction>(kernel);
   return CUDA_SUCCESS;
 }
@@ -348,7 +348,7 @@ CUresult cuKernelSetAttribute(CUfunction_attribute attrib, int value, CUkernel k
 }
 
 CUresult cuFuncSetCacheConfig(CUfunction func, CUfunc_cache) {
-  return is_live(func) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+  return is_live(reinterpret_cast<Function*>(func)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
 }  // extern "C"

@@ -8,7 +8,7 @@
 #include "driver.h"
 
 namespace simgpu {
-namespace {
+
 
 struct PhysicalAllocation {
   int device = 0;
@@ -17,6 +17,8 @@ struct PhysicalAllocation {
   int refs = 1;         // the handle references below, plus one per mapping
   int handle_refs = 1;  // cuMemCreate, plus one per cuMemRetainAllocationHandle: each needs a cuMemRelease
 };
+
+namespace {
 
 struct Mapping {
   std::size_t size = 0;
