@@ -14,7 +14,6 @@ namespace simgpu {
 namespace {
 
 constexpr std::uint64_t kLivenessCheckNs = 20'000'000;  // how often a waiter checks the holder is alive
-constexpr std::uint64_t kWakeupSlackNs = 500'000;
 
 void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t expected, std::uint64_t timeout_ns) {
   timespec ts{static_cast<time_t>(timeout_ns / 1'000'000'000ull), static_cast<long>(timeout_ns % 1'000'000'000ull)};
@@ -108,13 +107,13 @@ void DeviceRunner::hand_over() {
   held_ = false;
 }
 
-std::uint64_t DeviceRunner::run(std::uint64_t ns) {
+std::uint64_t DeviceRunner::run(std::uint64_t ns, std::uint64_t ready_ns) {
   std::uint64_t remaining = ns;
   if (held_) {
-    // The device sat idle between our kernels: its clock moves on to now. A lag shorter than a
-    // thread's wake-up is our scheduling, not the device's: the device kept running.
-    const std::uint64_t now = monotonic_ns();
-    if (clock_ + kWakeupSlackNs < now) clock_ = now;
+    // A kernel starts when both it was submitted and the previous one finished; in between the
+    // device sat idle. How late our own thread woke up does not matter: the device does not wait
+    // for it.
+    if (clock_ < ready_ns) clock_ = ready_ns;
     if (clock_ >= slice_end_) {
       if (others_waiting()) hand_over();
       else slice_end_ = clock_ + slice_ns_;

@@ -13,9 +13,10 @@ class DeviceRunner {
  public:
   DeviceRunner(Machine& machine, int device);
 
-  // Runs `ns` of device time for this process, waiting for its turn on the device as needed.
-  // Returns the monotonic time at which the work is finished on the device (may be in the future).
-  std::uint64_t run(std::uint64_t ns);
+  // Runs `ns` of device time for this process, submitted at `ready_ns`, waiting for its turn on the
+  // device as needed. Returns the monotonic time at which the work is finished on the device (may
+  // be in the future).
+  std::uint64_t run(std::uint64_t ns, std::uint64_t ready_ns);
   // Nothing more to run for now: wait until the device has finished, then let others run.
   void idle();
   bool holds_device() const { return held_; }

@@ -42,6 +42,7 @@ struct Function;
 struct Op {
   enum class Kind { kernel, host, event_record, wait_event } kind = Kind::host;
   std::uint64_t seq = 0;
+  std::uint64_t enqueued_ns = 0;       // when the host submitted it: a kernel cannot start before
   std::uint64_t kernel_ns = 0;
   std::function<void()> host;          // copies, sets, host functions, stream-ordered frees
   Event* event = nullptr;
@@ -56,6 +57,7 @@ struct Stream {
   std::deque<Op> queue;         // guarded by g.mu
   bool head_running = false;
   bool in_busy_list = false;    // listed in its device's streams with work (executor.cpp)
+  std::uint64_t finished_ns = 0; // device time at which its last completed work finished
   Graph* capture = nullptr;     // stream capture in progress
   CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
   std::uint64_t capture_id = 0;

@@ -2,6 +2,8 @@
 // streams in order, kernels in device time through the DeviceRunner, everything else at once.
 #include <sys/prctl.h>
 
+#include <algorithm>
+
 #include <thread>
 
 #include "driver.h"
@@ -92,15 +94,18 @@ void executor_main(DeviceExecutor* ex) {
     Op& op = s->queue.front();
     const Op::Kind kind = op.kind;
     const std::uint64_t ns = op.kernel_ns;
+    const std::uint64_t enqueued = op.enqueued_ns;
+    // An event completes when the stream's earlier work has finished on the device.
+    std::uint64_t finished = std::max(enqueued, s->finished_ns);
     std::function<void()> host = std::move(op.host);
     lk.unlock();
-    std::uint64_t finished = monotonic_ns();
     if (kind == Op::Kind::kernel) {
-      finished = ex->runner.run(ns);
+      finished = ex->runner.run(ns, enqueued);
       if (const int slot = m.slot(); slot >= 0) m.state().slots[slot].dev[ex->device].kernels.fetch_add(1);
       m.state().devices[ex->device].kernels.fetch_add(1);
     } else if (kind == Op::Kind::host && host) {
       host();
+      finished = monotonic_ns();
     }
     lk.lock();
     if (kind == Op::Kind::kernel || kind == Op::Kind::event_record) {
@@ -120,12 +125,13 @@ void executor_main(DeviceExecutor* ex) {
       Event* e = done.event;
       if (e->completed < done.event_generation) {
         e->completed = done.event_generation;
-        e->time_ns = finished > monotonic_ns() ? finished : monotonic_ns();
+        e->time_ns = finished;
       }
       for (DeviceExecutor* other : g.executors)
         if (other && other != ex) other->cv.notify_all();  // a wait on another device may now be ready
     }
     const bool was_record = done.kind == Op::Kind::event_record;
+    if (finished > s->finished_ns) s->finished_ns = finished;
     s->queue.pop_front();
     s->head_running = false;
     // Host threads wait for a stream to drain or an event to complete: wake them only then, so a
@@ -149,6 +155,7 @@ DeviceExecutor* executor_locked(int device) {
 void enqueue_locked(Stream* s, Op op) {
   Driver& g = driver();
   op.seq = g.next_seq++;
+  op.enqueued_ns = monotonic_ns();
   if (op.kind == Op::Kind::event_record) op.event->recorded = op.event_generation;
   s->queue.push_back(std::move(op));
   const int device = s->ctx->device;
