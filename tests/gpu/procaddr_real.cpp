@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 using GetProcV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 using Init = CUresult (*)(unsigned);
@@ -65,6 +66,15 @@ int main(int argc, char** argv) {
       std::printf("  %s@%s flags %s: address differs from dlsym(%s)\n", symbol.c_str(), version.c_str(),
                   flags.c_str(), expected.c_str());
     }
+  }
+  // What the driver answers for an unknown name and for a version older than the symbol: cuda.h
+  // documents CUDA_SUCCESS with a NULL pointer, the simulator answers CUDA_ERROR_NOT_FOUND.
+  for (auto [name, version] : {std::pair<const char*, int>{"cuNoSuchFunction", 13000}, {"cuMemAllocAsync", 11000}}) {
+    void* p = reinterpret_cast<void*>(1);
+    CUdriverProcAddressQueryResult status{};
+    CUresult r = get(name, &p, version, 0, &status);
+    std::printf("procaddr_real: %s@%d -> CUresult %d, pfn %s, status %d\n", name, version, static_cast<int>(r),
+                p ? "set" : "NULL", static_cast<int>(status));
   }
   std::printf("procaddr_real: %d rows, %d at the exported address, %d at another address, %d wrong\n", rows, same,
               other_address, wrong);
