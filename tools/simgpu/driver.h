@@ -193,6 +193,9 @@ void destroy_stream_locked(Stream* s);
 
 // Memory shared helpers
 Allocation* find_allocation_locked(std::uintptr_t ptr);  // containing range
+// Enters [base, base+size) in the process's address map; `mapped` is the host mapping behind it.
+Allocation& record_allocation_locked(std::uintptr_t base, std::size_t size, std::size_t mapped, MemKind kind,
+                                     Context* ctx, int device);
 void* map_host_memory(std::size_t bytes);
 void unmap_host_memory(void* p, std::size_t bytes);
 bool charge_device(int device, std::uint64_t bytes);

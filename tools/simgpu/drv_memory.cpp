@@ -42,6 +42,21 @@ Allocation* find_allocation_locked(std::uintptr_t ptr) {
   return ptr >= a.base && ptr < a.base + extent ? &a : nullptr;
 }
 
+Allocation& record_allocation_locked(std::uintptr_t base, std::size_t size, std::size_t mapped, MemKind kind,
+                                     Context* ctx, int device) {
+  Driver& g = driver();
+  Allocation& a = g.allocations[base];
+  a = Allocation{};
+  a.base = base;
+  a.size = size;
+  a.mapped = mapped;
+  a.kind = kind;
+  a.ctx = ctx;
+  a.device = device;
+  a.buffer_id = g.next_id++;
+  return a;
+}
+
 // Allocates `bytes` of device memory for the current context. `charged` may exceed `bytes` (pitch).
 static CUresult allocate(CUdeviceptr* dptr, std::size_t bytes, MemKind kind, std::uint64_t charged_bytes) {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
@@ -58,17 +73,8 @@ static CUresult allocate(CUdeviceptr* dptr, std::size_t bytes, MemKind kind, std
   }
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
-  Allocation a;
-  a.base = reinterpret_cast<std::uintptr_t>(p);
-  a.size = bytes;
-  a.mapped = charged;
-  a.charged = charged;
-  a.kind = kind;
-  a.ctx = c;
-  a.device = c->device;
-  a.buffer_id = g.next_id++;
-  g.allocations[a.base] = a;
-  *dptr = static_cast<CUdeviceptr>(a.base);
+  record_allocation_locked(reinterpret_cast<std::uintptr_t>(p), bytes, charged, kind, c, c->device).charged = charged;
+  *dptr = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
 
@@ -146,16 +152,7 @@ CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
-  Allocation a;
-  a.base = reinterpret_cast<std::uintptr_t>(p);
-  a.size = bytes;
-  a.mapped = bytes;
-  a.kind = MemKind::host;
-  a.ctx = c;
-  a.device = c->device;
-  a.host_flags = flags;
-  a.buffer_id = g.next_id++;
-  g.allocations[a.base] = a;
+  record_allocation_locked(reinterpret_cast<std::uintptr_t>(p), bytes, bytes, MemKind::host, c, c->device).host_flags = flags;
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -200,16 +197,8 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
   if (find_allocation_locked(reinterpret_cast<std::uintptr_t>(p))) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
-  Allocation a;
-  a.base = reinterpret_cast<std::uintptr_t>(p);
-  a.size = bytes;
-  a.mapped = 0;  // not ours to unmap
-  a.kind = MemKind::host;
-  a.ctx = c;
-  a.device = c->device;
-  a.host_flags = flags;
-  a.buffer_id = g.next_id++;
-  g.allocations[a.base] = a;
+  // mapped = 0: the application's memory, not ours to unmap.
+  record_allocation_locked(reinterpret_cast<std::uintptr_t>(p), bytes, 0, MemKind::host, c, c->device).host_flags = flags;
   return CUDA_SUCCESS;
 }
 

@@ -44,15 +44,8 @@ CUresult build_module(const void* data, std::size_t size, Context* ctx, bool fro
   std::lock_guard<std::mutex> lk(g.mu);
   for (auto& f : m->functions) add_live_locked(f.get());
   for (auto& [name, gv] : m->globals) {
-    Allocation a;
-    a.base = static_cast<std::uintptr_t>(gv.first);
-    a.size = gv.second;
-    a.mapped = gv.second ? gv.second : 1;
-    a.kind = MemKind::global;
-    a.ctx = ctx;
-    a.device = ctx ? ctx->device : 0;
-    a.buffer_id = g.next_id++;
-    g.allocations[a.base] = a;
+    record_allocation_locked(static_cast<std::uintptr_t>(gv.first), gv.second, gv.second ? gv.second : 1,
+                             MemKind::global, ctx, ctx ? ctx->device : 0);
   }
   add_live_locked(m.get());
   *out = m.release();

@@ -70,18 +70,9 @@ CUresult alloc_from_pool(CUdeviceptr* dptr, std::size_t bytes, MemPool* pool, CU
   pool->used += size;
   pool->used_high = std::max(pool->used_high, pool->used);
   pool->reserved_high = std::max(pool->reserved_high, pool->reserved);
-  Allocation a;
-  a.base = reinterpret_cast<std::uintptr_t>(p);
-  a.size = bytes;
-  a.mapped = size;
-  a.charged = 0;  // the pool holds the charge
-  a.kind = MemKind::pool;
-  a.ctx = s->ctx;
-  a.device = pool->device;
-  a.pool = pool;
-  a.buffer_id = g.next_id++;
-  g.allocations[a.base] = a;
-  *dptr = static_cast<CUdeviceptr>(a.base);
+  // Nothing charged here: the pool holds the charge.
+  record_allocation_locked(reinterpret_cast<std::uintptr_t>(p), bytes, size, MemKind::pool, s->ctx, pool->device).pool = pool;
+  *dptr = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
 

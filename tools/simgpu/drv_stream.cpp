@@ -54,6 +54,16 @@ using namespace simgpu;
 
 namespace {
 
+// One property of a stream: resolves the handle (0, legacy, per-thread or created) and reads it.
+template <class Out, class Read>
+CUresult stream_property(CUstream h, bool per_thread, Out* out, Read read) {
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(h, per_thread, &s)) return r;
+  *out = read(*s);
+  return CUDA_SUCCESS;
+}
+
 CUresult create_stream(CUstream* ph, unsigned flags, int priority) {
   if (!ph) return CUDA_ERROR_INVALID_VALUE;
   if (flags & ~static_cast<unsigned>(CU_STREAM_NON_BLOCKING)) return CUDA_ERROR_INVALID_VALUE;
@@ -153,42 +163,22 @@ CUresult cuStreamSynchronize_ptsz(CUstream h) { return stream_sync(h, true); }
 CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int f) { return stream_wait_event(h, e, f, false); }
 CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int f) { return stream_wait_event(h, e, f, true); }
 
-#define SIM_STREAM_GETTERS(SUFFIX, PT)                                              \
-  CUresult cuStreamGetPriority##SUFFIX(CUstream h, int* p) {                         \
-    if (!p) return CUDA_ERROR_INVALID_VALUE;                                         \
-    Stream* s = nullptr;                                                             \
-    if (CUresult r = resolve_stream(h, PT, &s)) return r;                            \
-    *p = s->priority;                                                                \
-    return CUDA_SUCCESS;                                                             \
-  }                                                                                  \
-  CUresult cuStreamGetFlags##SUFFIX(CUstream h, unsigned int* f) {                   \
-    if (!f) return CUDA_ERROR_INVALID_VALUE;                                         \
-    Stream* s = nullptr;                                                             \
-    if (CUresult r = resolve_stream(h, PT, &s)) return r;                            \
-    *f = s->flags;                                                                   \
-    return CUDA_SUCCESS;                                                             \
-  }                                                                                  \
-  CUresult cuStreamGetCtx##SUFFIX(CUstream h, CUcontext* c) {                        \
-    if (!c) return CUDA_ERROR_INVALID_VALUE;                                         \
-    Stream* s = nullptr;                                                             \
-    if (CUresult r = resolve_stream(h, PT, &s)) return r;                            \
-    *c = reinterpret_cast<CUcontext>(s->ctx);                                        \
-    return CUDA_SUCCESS;                                                             \
-  }                                                                                  \
-  CUresult cuStreamGetId##SUFFIX(CUstream h, unsigned long long* id) {               \
-    if (!id) return CUDA_ERROR_INVALID_VALUE;                                        \
-    Stream* s = nullptr;                                                             \
-    if (CUresult r = resolve_stream(h, PT, &s)) return r;                            \
-    *id = s->id;                                                                     \
-    return CUDA_SUCCESS;                                                             \
-  }                                                                                  \
-  CUresult cuStreamGetDevice##SUFFIX(CUstream h, CUdevice* d) {                      \
-    if (!d) return CUDA_ERROR_INVALID_VALUE;                                         \
-    Stream* s = nullptr;                                                             \
-    if (CUresult r = resolve_stream(h, PT, &s)) return r;                            \
-    *d = s->ctx->device;                                                             \
-    return CUDA_SUCCESS;                                                             \
-  }                                                                                  \
+#define SIM_STREAM_GETTERS(SUFFIX, PT)                                                                       \
+  CUresult cuStreamGetPriority##SUFFIX(CUstream h, int* p) {                                                  \
+    return stream_property(h, PT, p, [](const Stream& s) { return s.priority; });                             \
+  }                                                                                                           \
+  CUresult cuStreamGetFlags##SUFFIX(CUstream h, unsigned int* f) {                                            \
+    return stream_property(h, PT, f, [](const Stream& s) { return s.flags; });                                \
+  }                                                                                                           \
+  CUresult cuStreamGetCtx##SUFFIX(CUstream h, CUcontext* c) {                                                 \
+    return stream_property(h, PT, c, [](const Stream& s) { return reinterpret_cast<CUcontext>(s.ctx); });     \
+  }                                                                                                           \
+  CUresult cuStreamGetId##SUFFIX(CUstream h, unsigned long long* id) {                                        \
+    return stream_property(h, PT, id, [](const Stream& s) { return static_cast<unsigned long long>(s.id); }); \
+  }                                                                                                           \
+  CUresult cuStreamGetDevice##SUFFIX(CUstream h, CUdevice* d) {                                               \
+    return stream_property(h, PT, d, [](const Stream& s) { return static_cast<CUdevice>(s.ctx->device); });   \
+  }                                                                                                           \
   CUresult cuLaunchHostFunc##SUFFIX(CUstream h, CUhostFn fn, void* data) {           \
     if (!fn) return CUDA_ERROR_INVALID_VALUE;                                        \
     return add_host_call(h, [fn, data] { fn(data); }, PT);                           \

@@ -161,15 +161,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   if (r == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   g_mappings[base] = Mapping{size, p};
   p->refs++;
-  Allocation a;
-  a.base = base;
-  a.size = size;
-  a.mapped = size;
-  a.kind = MemKind::device;
-  a.device = p->device;
-  a.ctx = g.primary[p->device];
-  a.buffer_id = g.next_id++;
-  g.allocations[base] = a;  // so copies, sets and pointer queries see the range
+  // So that copies, sets and pointer queries see the range.
+  record_allocation_locked(base, size, size, MemKind::device, g.primary[p->device], p->device);
   return CUDA_SUCCESS;
 }
 
