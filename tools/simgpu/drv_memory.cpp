@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "device_arena.h"
 #include "driver.h"
 
 namespace simgpu {
@@ -13,13 +14,34 @@ namespace {
 std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
 }  // namespace
 
+namespace {
+// Device memory comes from one arena per process, sized for twice every device's memory so that
+// fragmentation never refuses what the device could hold; past it, plain mappings take over.
+DeviceArena& arena() {
+  static DeviceArena* a = [] {
+    auto* arena = new DeviceArena();
+    std::uint64_t total = 0;
+    const MachineHeader& h = driver().machine->header();
+    for (std::uint32_t d = 0; d < h.device_count; ++d) total += h.memory_bytes[d];
+    arena->reserve(2 * total + (4ull << 30));
+    return arena;
+  }();
+  return *a;
+}
+}  // namespace
+
 void* map_host_memory(std::size_t bytes) {
-  void* p = mmap(nullptr, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  const std::size_t size = round_up(bytes ? bytes : 1, DeviceArena::kAlign);
+  if (void* p = arena().allocate(size)) return p;
+  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
 }
 
 void unmap_host_memory(void* p, std::size_t bytes) {
-  if (p) munmap(p, bytes ? bytes : 1);
+  if (!p) return;
+  const std::size_t size = round_up(bytes ? bytes : 1, DeviceArena::kAlign);
+  if (arena().contains(p)) arena().release(p, size);
+  else munmap(p, size);
 }
 
 bool charge_device(int device, std::uint64_t bytes) {

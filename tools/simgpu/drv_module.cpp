@@ -38,6 +38,7 @@ CUresult build_module(const void* data, std::size_t size, Context* ctx, bool fro
   for (const GlobalInfo& gl : m->image.globals) {
     void* p = map_host_memory(gl.size ? gl.size : 1);
     if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
+    std::memset(p, 0, gl.size ? gl.size : 1);  // initial values are not simulated: globals start at zero
     m->globals[gl.name] = {reinterpret_cast<CUdeviceptr>(p), gl.size};
   }
   Driver& g = driver();
