@@ -7,6 +7,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1  // declares every export by its real name (cuMemAlloc_v2, ...)
 #include <cuda.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -151,7 +152,7 @@ SIMGPU_HANDLE_KIND(SimMipmappedArray, mipmapped_array)
 struct Driver {
   std::mutex mu;                    // guards everything below except the machine's own atomics
   std::condition_variable done_cv;  // stream/event progress, for host threads that synchronize
-  bool initialized = false;
+  std::atomic<bool> initialized{false};  // read without the lock on every call
   CUresult init_error = CUDA_SUCCESS;
   Machine* machine = nullptr;
   int device_count = 0;
@@ -170,6 +171,7 @@ Driver& driver();
 // --- helpers shared by the API files (g.mu must NOT be held unless the name says so) ---
 CUresult ensure_initialized();                  // CUDA_ERROR_NOT_INITIALIZED before cuInit
 CUresult current_context(Context** out);        // CUDA_ERROR_INVALID_CONTEXT when none
+CUresult current_context_locked(Context** out); // the same with g.mu held (and cuInit done)
 template <class T> bool is_live_locked(const T* handle) {
   auto it = driver().live.find(handle);
   return handle && it != driver().live.end() && it->second == HandleKindOf<T>::value;
@@ -184,6 +186,7 @@ bool valid_device(CUdevice dev);
 
 // Streams: resolves 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD for the current context.
 CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out);
+CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream** out);  // g.mu held
 void enqueue_locked(Stream* s, Op op);           // g.mu held
 void enqueue(Stream* s, Op op);
 CUresult stream_synchronize(Stream* s);

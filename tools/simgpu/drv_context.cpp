@@ -17,6 +17,10 @@ CUresult checked_context_locked(Context* c) {
 CUresult current_context(Context** out) {
   if (CUresult r = ensure_initialized()) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
+  return current_context_locked(out);
+}
+
+CUresult current_context_locked(Context** out) {
   if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
   Context* c = t_stack.back();
   // Only live contexts are ever pushed, so a dead one here was destroyed (by cuCtxDestroy on another

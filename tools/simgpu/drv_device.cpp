@@ -32,6 +32,7 @@ bool valid_device(CUdevice dev) { return dev >= 0 && dev < driver().device_count
 
 CUresult ensure_initialized() {
   Driver& g = driver();
+  if (g.initialized.load(std::memory_order_acquire)) return CUDA_SUCCESS;
   std::lock_guard<std::mutex> lk(g.mu);
   if (g.initialized) return CUDA_SUCCESS;
   return g.init_error != CUDA_SUCCESS ? g.init_error : CUDA_ERROR_NOT_INITIALIZED;

@@ -43,9 +43,9 @@ std::uint64_t kernel_duration_ns(const Function* f, void** params, void** extra)
 
 namespace {
 
-CUresult check_launch(Function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                      unsigned shmem) {
-  if (!is_live(f)) return CUDA_ERROR_INVALID_HANDLE;
+CUresult check_launch_locked(Function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                             unsigned bz, unsigned shmem) {
+  if (!is_live_locked(f)) return CUDA_ERROR_INVALID_HANDLE;
   if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
   if (gx > 2147483647u || gy > 65535 || gz > 65535) return CUDA_ERROR_INVALID_VALUE;
   if (bx > 1024 || by > 1024 || bz > 64 || std::uint64_t(bx) * by * bz > 1024) return CUDA_ERROR_INVALID_VALUE;
@@ -80,12 +80,12 @@ void capture_locked(Stream* s, GraphNode proto) {
 CUresult launch(Function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                 unsigned shmem, CUstream hs, void** params, void** extra, bool pt) {
   if (CUresult r = ensure_initialized()) return r;
-  if (CUresult r = check_launch(f, gx, gy, gz, bx, by, bz, shmem)) return r;
   if (params && extra) return CUDA_ERROR_INVALID_VALUE;
+  // One lock for the whole launch: the executor takes the same lock for every op it runs.
+  std::lock_guard<std::mutex> lk(driver().mu);
+  if (CUresult r = check_launch_locked(f, gx, gy, gz, bx, by, bz, shmem)) return r;
   Stream* s = nullptr;
-  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
-  Driver& g = driver();
-  std::lock_guard<std::mutex> lk(g.mu);
+  if (CUresult r = resolve_stream_locked(hs, pt, &s)) return r;
   if (s->capture) {
     GraphNode proto;
     proto.type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -210,10 +210,10 @@ CUresult add_kernel_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, 
                          const CUDA_KERNEL_NODE_PARAMS& p) {
   if (CUresult r = ensure_initialized()) return r;
   if (!out || (ndeps && !deps)) return CUDA_ERROR_INVALID_VALUE;
-  if (CUresult r = check_launch(f, p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ,
-                                p.sharedMemBytes))
-    return r;
   std::lock_guard<std::mutex> lk(driver().mu);
+  if (CUresult r = check_launch_locked(f, p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ,
+                                       p.sharedMemBytes))
+    return r;
   Graph* g = live_graph_locked(hg);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < ndeps; ++i)

@@ -16,10 +16,15 @@ thread_local std::unordered_map<Context*, PerThreadStream> t_per_thread_streams;
 }  // namespace
 
 CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  return resolve_stream_locked(handle, per_thread_default, out);
+}
+
+CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream** out) {
   Context* c = nullptr;
-  if (CUresult r = current_context(&c)) return r;
+  if (CUresult r = current_context_locked(&c)) return r;
   Driver& g = driver();
-  std::lock_guard<std::mutex> lk(g.mu);
   if (handle == CU_STREAM_PER_THREAD || (handle == nullptr && per_thread_default)) {
     PerThreadStream& pt = t_per_thread_streams[c];
     // The remembered stream is destroyed with its context (a primary context that is released and
