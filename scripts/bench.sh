@@ -5,5 +5,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/slice-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-export SIMGPU_STATE="$work/simgpu-state"
-build/bin/simgpu_bench "$@"
+export SIMGPU_STATE="$work/simgpu-state" SLICE_COORDINATOR_DIR="$work/coordinator"
+build/bin/simgpu_bench
+echo
+build/bin/coordinator_bench

@@ -8,8 +8,17 @@ cd "$(dirname "$0")/.."
 with_python=0
 [ "${1:-}" = "--python" ] && with_python=1
 
-# Debian packages: the build, GoogleTest, spdlog and fmt (header-only use), libunwind, Python.
-packages=(cmake g++ make python3 python3-venv libgtest-dev libspdlog-dev libfmt-dev libunwind-dev)
+# libFuzzer's runtime, for the configuration's fuzz test: Debian 12 has it as libclang-rt-dev (and
+# the versioned libclang-rt-14-dev); take the first name this distribution knows.
+fuzzer_runtime=libclang-rt-dev
+for candidate in libclang-rt-dev libclang-rt-14-dev; do
+  if apt-cache show "$candidate" >/dev/null 2>&1; then fuzzer_runtime=$candidate; break; fi
+done
+
+# Debian packages: the build, GoogleTest, spdlog and fmt (header-only use), libunwind, Python,
+# and clang with libFuzzer (for the fuzz test, which CMake leaves out where they are missing).
+packages=(cmake g++ make python3 python3-venv libgtest-dev libspdlog-dev libfmt-dev libunwind-dev
+          clang "$fuzzer_runtime")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

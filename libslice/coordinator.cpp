@@ -1,0 +1,201 @@
+#include "coordinator.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+
+namespace slice {
+
+namespace {
+
+void read_comm(char* out, std::size_t cap) {
+  std::memset(out, 0, cap);
+  int fd = ::open("/proc/self/comm", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = read(fd, out, cap - 1);
+  close(fd);
+  if (n > 0 && out[n - 1] == '\n') out[n - 1] = '\0';
+}
+
+Limits limits_of(const JoinRequest& r, const std::vector<int>& entries) {
+  Limits l{};
+  for (std::uint64_t& m : l.memory_bytes) m = kNoLimit;
+  for (std::size_t i = 0; i < r.devices.size(); ++i)
+    l.memory_bytes[entries[i]] = cap_on(r.devices[i].memory, r.devices[i].total_bytes);
+  l.compute_share = r.compute_share;
+  l.compute_limit = r.compute_limit;
+  l.priority = stored_priority(r.priority);
+  return l;
+}
+
+}  // namespace
+
+int Coordinator::entry_for(const DeviceInfo& d, std::string& error) {
+  TenantFile& f = tenant_->file();
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < kMaxDevices; ++i) {
+      DeviceEntry& e = f.devices[i];
+      std::uint32_t state = e.state.load();
+      if (state == 2 && std::memcmp(e.uuid, d.uuid.data(), 16) == 0) return i;
+      // Entries are claimed only under the initialisation lock, which the caller holds: one left
+      // half-claimed (1) belongs to a process that died mid-claim, and is free again.
+      if (pass == 1 && (state == 0 || state == 1) && e.state.compare_exchange_strong(state, 1)) {
+        std::memcpy(e.uuid, d.uuid.data(), 16);
+        std::snprintf(e.name, sizeof e.name, "%s", d.name.c_str());
+        e.total_bytes = d.total_bytes;
+        e.used.store(0);
+        // The first process to meet a GPU registers the tenant's limit on it.
+        f.header.registered.memory_bytes[i] = cap_on(d.memory, d.total_bytes);
+        e.state.store(2);
+        return i;
+      }
+    }
+  }
+  error = "tenant '" + tenant_->name() + "' already uses " + std::to_string(kMaxDevices) + " GPUs";
+  return -1;
+}
+
+bool Coordinator::claim_slot(std::string& error) {
+  TenantFile& f = tenant_->file();
+  // First the slots marked free, then those a dead process left marked live. Trying every slot's
+  // lock in order cost one system call per live process, each slower the more locks the file
+  // has: 1024 processes starting together took over ten seconds, and some gave up on the lock.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < kMaxProcesses; ++i) {
+      if ((f.slots[i].state.load() == SlotState::free) != (pass == 0) || !tenant_->try_lock_slot(i)) continue;
+      ProcessSlot& s = f.slots[i];
+      const bool stale = s.state.load() == SlotState::live;  // left by a process that died
+      slot_ = i;
+      ledger_ = std::make_unique<MemoryLedger>(*tenant_, slot_);
+      // Zeroed as a change under way: a plain "under way" mark without looking for a recount let
+      // a recount already running count the stale values and then keep them in the totals.
+      ledger_->clear_slot();
+      s.pid.store(static_cast<std::int32_t>(getpid()));
+      s.started_ns.store(monotonic_ns());
+      read_comm(s.comm, sizeof s.comm);
+      s.state.store(SlotState::live);
+      if (stale) ledger_->recount();  // the dead process's memory is still in the tenant's totals
+      return true;
+    }
+  }
+  error = "tenant '" + tenant_->name() + "' has no free process slot (" + std::to_string(kMaxProcesses) + " in use)";
+  return false;
+}
+
+std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string& error,
+                                               std::vector<std::string>& warnings) {
+  std::unique_ptr<Coordinator> c(new Coordinator());
+  c->dir_ = r.dir;
+  if (!prepare_coordinator_dir(r.dir, error)) return nullptr;
+  c->tenant_ = TenantFileHandle::open(r.dir, r.tenant, TenantFileHandle::Mode::create, error);
+  if (!c->tenant_) return nullptr;
+  if (!c->tenant_->lock_init(2'000'000'000ull)) {
+    error = "tenant '" + r.tenant + "': its registration lock was held for over 2 s";
+    return nullptr;
+  }
+  bool ok = c->claim_slot(error);
+  for (std::size_t i = 0; ok && i < r.devices.size(); ++i) {
+    int e = c->entry_for(r.devices[i], error);
+    ok = e >= 0;
+    // Only valid entries: the destructor (which runs when join fails) releases on each of them,
+    // and a -1 there wrote through devices[-1] into the slot's and the header's fields.
+    if (ok) c->entries_.push_back(e);
+  }
+  if (ok) {
+    TenantHeader& h = c->tenant_->file().header;
+    const Limits mine = limits_of(r, c->entries_);
+    // Registration happens only under the initialisation lock, which we hold: a state other than
+    // 2 (registered) is a first process that died while writing the limits (1), or none yet (0).
+    // Either way this process registers them; a stuck 1 used to leave half-written limits (a
+    // compute share of 0%) in force for good.
+    std::uint32_t state = h.limits_state.load();
+    if (state != 2 && h.limits_state.compare_exchange_strong(state, 1)) {
+      Limits registered = mine;  // the first process of the tenant sets its limits
+      // Keep the caps registered on GPUs this process does not use (met by the one that died).
+      for (int e = 0; e < kMaxDevices; ++e)
+        if (std::find(c->entries_.begin(), c->entries_.end(), e) == c->entries_.end())
+          registered.memory_bytes[e] = h.registered.memory_bytes[e];
+      h.registered = registered;
+      h.limits_state.store(2);
+    } else {
+      // A later process with other values is told, and the registered values hold.
+      for (std::size_t i = 0; i < r.devices.size(); ++i) {
+        const std::uint64_t reg = h.registered.memory_bytes[c->entries_[i]];
+        if (reg != mine.memory_bytes[c->entries_[i]])
+          warnings.push_back("tenant '" + r.tenant + "' is registered with memory limit " + describe_bytes(reg) +
+                             " on " + r.devices[i].name + "; this process asked for " +
+                             describe_bytes(mine.memory_bytes[c->entries_[i]]) + ": the registered limit holds");
+      }
+      if (h.registered.compute_share != mine.compute_share)
+        warnings.push_back("tenant '" + r.tenant + "' is registered with compute share " +
+                           std::to_string(h.registered.compute_share) + "%; this process asked for " +
+                           std::to_string(mine.compute_share) + "%: the registered share holds");
+      if (h.registered.compute_limit != mine.compute_limit)
+        warnings.push_back("tenant '" + r.tenant + "' is registered with compute limit " +
+                           std::to_string(h.registered.compute_limit) + "%; this process asked for " +
+                           std::to_string(mine.compute_limit) + "%: the registered limit holds");
+      if (h.registered.priority != mine.priority)
+        warnings.push_back("tenant '" + r.tenant + "' is registered with priority " +
+                           std::string(to_string(priority_from_stored(h.registered.priority))) +
+                           "; this process asked for " + std::string(to_string(r.priority)) +
+                           ": the registered priority holds");
+    }
+  }
+  c->tenant_->unlock_init();
+  if (!ok) return nullptr;
+  c->policy_.open(r.dir);
+  c->caps_.assign(r.devices.size(), kNoLimit);
+  c->refresh_policy();
+  return c;
+}
+
+void Coordinator::refresh_policy() {
+  const std::uint64_t generation = policy_.generation();
+  if (generation == policy_generation_) return;
+  policy_generation_ = generation;
+  const TenantFile& f = tenant_->file();
+  Policy p;
+  std::string message;
+  const bool have = read_policy(dir_, tenant_->name(), p, message) == PolicyStatus::ok;
+  for (std::size_t i = 0; i < caps_.size(); ++i) {
+    const DeviceEntry& e = f.devices[entries_[i]];
+    std::uint64_t cap = f.header.registered.memory_bytes[entries_[i]];
+    if (have) {
+      // The administrator's word wins over anything a tenant registered.
+      if (const auto w = p.memory_for(e.uuid)) cap = w->bytes_on(e.total_bytes);
+    }
+    caps_[i] = cap;
+  }
+}
+
+std::uint64_t Coordinator::cap(int device) {
+  refresh_policy();
+  return caps_[device];
+}
+
+bool Coordinator::reserve(int device, std::uint64_t bytes, Refusal* why) {
+  refresh_policy();  // one load unless an administrator changed a policy
+  return ledger_->reserve(entries_[device], bytes, caps_[device], why);
+}
+
+void Coordinator::release(int device, std::uint64_t bytes) { ledger_->release(entries_[device], bytes); }
+
+std::uint64_t Coordinator::usage(int device) const { return ledger_->usage(entries_[device]); }
+
+Coordinator::~Coordinator() {
+  if (slot_ < 0 || !tenant_) return;
+  // Give back what this process holds, then the slot itself.
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    const std::uint64_t held = ledger_->mine(entries_[i]);
+    if (held) ledger_->release(entries_[i], held);
+  }
+  ProcessSlot& s = tenant_->file().slots[slot_];
+  s.pid.store(0);
+  s.state.store(SlotState::free);
+  tenant_->unlock_slot(slot_);
+}
+
+}  // namespace slice

@@ -1,0 +1,74 @@
+// A process's membership of the coordinator: it joins its tenant (registering the tenant's limits if
+// it is the first), takes a process slot, meets its GPUs by UUID, and reserves and releases memory
+// against the tenant's effective cap: the administrator's policy if there is one, else what the
+// tenant registered.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "memory_ledger.h"
+#include "config_values.h"
+#include "limits_text.h"
+#include "policy.h"
+#include "tenant_file.h"
+
+namespace slice {
+
+using Uuid = std::array<std::uint8_t, 16>;
+
+struct DeviceInfo {
+  Uuid uuid{};
+  std::string name;
+  std::uint64_t total_bytes = 0;
+  std::optional<MemoryLimit> memory;  // this process's wish for this device
+};
+
+struct JoinRequest {
+  std::string dir;
+  std::string tenant;
+  std::vector<DeviceInfo> devices;
+  std::uint32_t compute_share = 100;
+  std::uint32_t compute_limit = 100;
+  Priority priority = Priority::normal;
+};
+
+class Coordinator {
+ public:
+  // Joins; on failure returns nullptr and a message that says what to fix. `warnings` receives
+  // lines such as a later process bringing other limits than the tenant registered.
+  static std::unique_ptr<Coordinator> join(const JoinRequest& request, std::string& error,
+                                            std::vector<std::string>& warnings);
+  ~Coordinator();  // gives back this process's memory and slot
+
+  // `device` is the index into the JoinRequest's devices.
+  bool reserve(int device, std::uint64_t bytes, Refusal* why = nullptr);
+  void release(int device, std::uint64_t bytes);
+  std::uint64_t cap(int device);         // kNoLimit when none
+  std::uint64_t usage(int device) const;  // the tenant's, on that device
+
+  const std::string& tenant() const { return tenant_->name(); }
+  int slot() const { return slot_; }
+  MemoryLedger& ledger() { return *ledger_; }
+  TenantFileHandle& tenant_file() { return *tenant_; }
+
+ private:
+  Coordinator() = default;
+  bool claim_slot(std::string& error);
+  int entry_for(const DeviceInfo& d, std::string& error);
+  void refresh_policy();
+
+  std::unique_ptr<TenantFileHandle> tenant_;
+  std::unique_ptr<MemoryLedger> ledger_;
+  PolicyWatcher policy_;
+  std::string dir_;
+  int slot_ = -1;
+  std::vector<int> entries_;      // JoinRequest device index -> tenant file device entry
+  std::vector<std::uint64_t> caps_;  // effective cap per JoinRequest device
+  std::uint64_t policy_generation_ = ~0ull;
+};
+
+}  // namespace slice

@@ -1,0 +1,105 @@
+// The coordinator's shared files: their binary layout and every size limit, in one place.
+//
+// SLICE_COORDINATOR_DIR/
+//   tenants/<name>   one file per tenant, created by its first process and writable only by that
+//                    process's user: its registered limits, its usage per device, its process slots
+//   policy/<name>    an administrator's limits for a tenant (text, root-owned; see policy.h)
+//   policy/.generation  a counter that `slicectl set` bumps so that running processes re-read policy
+//
+// Usage and limits live apart: a tenant's processes write only their own tenant file, so no tenant
+// can free another's usage, and a limit an administrator set lives where tenants cannot write.
+// Liveness of a process is an open-file-description lock on its slot's byte of the tenant file:
+// the kernel drops it when the process dies, in whatever PID namespace.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "config_values.h"
+
+namespace slice {
+
+constexpr std::uint32_t kTenantMagic = 0x544c4353;  // "SCLT"
+constexpr std::uint32_t kTenantVersion = 1;
+constexpr int kMaxDevices = 16;           // distinct GPUs (by UUID) a tenant can use
+constexpr int kMaxProcesses = 1024;       // process slots per tenant
+constexpr int kMaxTenants = 256;          // tenants listed per device by the tools (more may exist)
+constexpr int kTenantNameMax = static_cast<int>(kMaxTenantNameLength);  // also a file name
+constexpr int kDeviceNameMax = 95;
+constexpr std::uint64_t kNoLimit = ~0ull;
+
+// Byte offsets of the advisory locks: far past the end of the file, which fcntl locks allow.
+constexpr std::int64_t kInitLockByte = std::int64_t{1} << 40;
+constexpr std::int64_t kSlotLockBase = kInitLockByte + 1;
+
+// Limits as a tenant registered them (its first process's environment) or as policy sets them.
+struct Limits {
+  std::uint64_t memory_bytes[kMaxDevices];  // per device entry of the tenant file; kNoLimit: none
+  std::uint32_t compute_share;              // percent 1-100
+  std::uint32_t compute_limit;              // percent 1-100
+  std::uint32_t priority;                   // stored_priority(): a zeroed file means normal
+  std::uint32_t reserved;
+};
+
+// Priorities as the files store them: never renumber.
+constexpr std::uint32_t stored_priority(Priority p) {
+  return p == Priority::high ? 1 : p == Priority::low ? 2 : 0;
+}
+constexpr Priority priority_from_stored(std::uint32_t v) {
+  return v == 1 ? Priority::high : v == 2 ? Priority::low : Priority::normal;
+}
+
+struct DeviceEntry {
+  // 0 free, 1 being claimed, 2 in use. Claimed by CAS, so processes that meet a new GPU at the
+  // same time agree on one entry for it.
+  std::atomic<std::uint32_t> state;
+  std::uint32_t reserved;
+  std::uint8_t uuid[16];
+  char name[kDeviceNameMax + 1];
+  std::uint64_t total_bytes;
+  // Bytes the tenant holds on this device. Changed by compare-and-swap against the cap, so two
+  // processes racing can never together pass it.
+  std::atomic<std::uint64_t> used;
+};
+
+struct SlotDevice {
+  std::atomic<std::uint64_t> used;    // what this process holds on the device
+  std::atomic<std::uint64_t> flight;  // nonzero while it is changing `used` and the tenant's total
+};
+
+enum class SlotState : std::uint32_t { free = 0, live = 1 };
+
+struct ProcessSlot {
+  std::atomic<SlotState> state;
+  std::atomic<std::int32_t> pid;  // as the process sees itself (its own PID namespace)
+  std::atomic<std::uint64_t> started_ns;
+  char comm[16];
+  SlotDevice devices[kMaxDevices];
+};
+
+struct TenantHeader {
+  std::uint32_t magic;
+  std::uint32_t version;
+  std::uint64_t file_size;
+  char name[kTenantNameMax + 1];
+  std::uint32_t owner_uid;
+  // 0: no limits yet; 1: the first process is writing them; 2: registered.
+  std::atomic<std::uint32_t> limits_state;
+  Limits registered;
+  // Slot+1 of the process recounting the tenant's usage from its live processes; 0 when none.
+  std::atomic<std::uint32_t> recount_owner;
+  std::uint32_t reserved;
+  std::atomic<std::uint64_t> recounts;  // how many recounts have completed (tests, status)
+};
+
+struct TenantFile {
+  TenantHeader header;
+  DeviceEntry devices[kMaxDevices];
+  ProcessSlot slots[kMaxProcesses];
+};
+
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared counters must be lock-free");
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared counters must be lock-free");
+
+}  // namespace slice

@@ -1,0 +1,129 @@
+#include "coordinator_view.h"
+
+#include <dirent.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "memory_ledger.h"
+#include "limits_text.h"
+#include "policy.h"
+#include "tenant_file.h"
+
+namespace slice {
+
+namespace {
+
+std::string bounded(const char* s, std::size_t cap) { return std::string(s, strnlen(s, cap)); }
+
+TenantView view_of(const std::string& dir, const TenantFileHandle& h) {
+  const TenantFile& f = h.file();
+  TenantView v;
+  v.name = h.name();
+  Policy policy;
+  std::string message;
+  const PolicyStatus status = read_policy(dir, v.name, policy, message);
+  v.policy = status == PolicyStatus::ok;
+  if (status == PolicyStatus::untrusted || status == PolicyStatus::invalid) v.policy_problem = message;
+  const Limits& reg = f.header.registered;
+  v.priority = policy.priority.value_or(priority_from_stored(reg.priority));
+  v.compute_share = policy.compute_share.value_or(std::clamp<std::uint32_t>(reg.compute_share, 1, 100));
+  v.compute_limit = policy.compute_limit.value_or(std::clamp<std::uint32_t>(reg.compute_limit, 1, 100));
+  std::vector<int> entries;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    const DeviceEntry& e = f.devices[d];
+    if (e.state.load() != 2) continue;
+    entries.push_back(d);
+    TenantGpuView g;
+    g.uuid = uuid_text(e.uuid);
+    g.name = bounded(e.name, sizeof e.name);
+    g.total_bytes = e.total_bytes;
+    g.cap_bytes = f.header.limits_state.load() == 2 ? reg.memory_bytes[d] : kNoLimit;
+    if (v.policy) {
+      if (const auto w = policy.memory_for(e.uuid)) g.cap_bytes = w->bytes_on(e.total_bytes);
+    }
+    v.gpus.push_back(g);
+  }
+  // Usage from the live processes alone: a dead process's memory is already back for any reader.
+  for (int i = 0; i < kMaxProcesses; ++i) {
+    const ProcessSlot& s = f.slots[i];
+    if (s.state.load() != SlotState::live) continue;
+    if (!h.slot_held_by_other(i)) {
+      ++v.dead_processes;
+      continue;
+    }
+    ProcessView p;
+    p.pid = s.pid.load();
+    p.comm = bounded(s.comm, sizeof s.comm);
+    for (std::size_t g = 0; g < entries.size(); ++g) {
+      const std::uint64_t used = s.devices[entries[g]].used.load();
+      p.memory_used.push_back(used);
+      v.gpus[g].used_bytes += used;
+    }
+    v.processes.push_back(p);
+  }
+  return v;
+}
+
+}  // namespace
+
+std::vector<TenantView> read_coordinator(const std::string& dir, std::string& error) {
+  std::vector<TenantView> out;
+  DIR* d = opendir((dir + "/tenants").c_str());
+  if (!d) {
+    error = "cannot read " + dir + "/tenants: " + std::strerror(errno);
+    return out;
+  }
+  std::vector<std::string> names;
+  while (dirent* e = readdir(d))
+    if (valid_tenant_name(e->d_name)) names.push_back(e->d_name);
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    std::string problem;
+    auto h = TenantFileHandle::open(dir, name, TenantFileHandle::Mode::read_only, problem);
+    if (!h) {
+      TenantView v;
+      v.name = name;
+      v.readable = false;
+      v.problem = problem;
+      out.push_back(v);
+      continue;
+    }
+    out.push_back(view_of(dir, *h));
+  }
+  return out;
+}
+
+int reap_tenant(const std::string& dir, const std::string& tenant, std::string& error) {
+  auto h = TenantFileHandle::open(dir, tenant, TenantFileHandle::Mode::read_write, error);
+  if (!h) return -1;
+  // A recount needs a slot of its own, so that a recounter that dies is seen dead too: a free one,
+  // else one whose process died (its lock is free). With only free ones, a table full of dead
+  // processes, exactly when a reap is needed, could not be reaped at all.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (int i = 0; i < kMaxProcesses; ++i) {
+      ProcessSlot& s = h->file().slots[i];
+      if ((s.state.load() == SlotState::free) != (pass == 0) || !h->try_lock_slot(i)) continue;
+      MemoryLedger ledger(*h, i);
+      const bool dead = s.state.load() == SlotState::live;
+      if (dead) ledger.clear_slot();  // the recount counts its own slot: not with the dead's usage
+      int reaped = ledger.recount();
+      if (dead && reaped >= 0) {
+        // Freed only once the totals no longer count it; after a failed recount it stays marked
+        // live, so that the next refusal or reap still finds it dead and recounts.
+        s.pid.store(0);
+        s.state.store(SlotState::free);
+        ++reaped;
+      }
+      h->unlock_slot(i);
+      if (reaped < 0) error = "tenant '" + tenant + "': a recount is already under way, or a process is stopped mid-change";
+      return reaped;
+    }
+  }
+  error = "tenant '" + tenant + "' has no slot to work from";
+  return -1;
+}
+
+}  // namespace slice

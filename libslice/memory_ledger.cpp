@@ -1,0 +1,157 @@
+#include "memory_ledger.h"
+
+#include <unistd.h>
+
+namespace slice {
+
+namespace {
+constexpr std::uint64_t kRecountWaitNs = 1'000'000'000;  // longest a change waits behind a recount
+constexpr std::uint64_t kFlightWaitNs = 200'000'000;     // longest a recount waits for one change
+}  // namespace
+
+bool MemoryLedger::begin_change(int device, std::uint64_t marker) {
+  // Announce the change before looking for a recount, and a recounter announces itself before
+  // looking at changes (both sequentially consistent): one of the two always sees the other.
+  SlotDevice& mine = tenant_.file().slots[slot_].devices[device];
+  mine.flight.store(marker);
+  if (tenant_.file().header.recount_owner.load() == 0) return true;
+  mine.flight.store(0);
+  return false;
+}
+
+void MemoryLedger::end_change(int device) { tenant_.file().slots[slot_].devices[device].flight.store(0); }
+
+void MemoryLedger::wait_for_recount() {
+  auto& owner = tenant_.file().header.recount_owner;
+  const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
+  for (std::uint32_t o; (o = owner.load()) != 0;) {
+    // A recounter that died leaves the flag set: a recount is idempotent, so just clear it.
+    if (o > kMaxProcesses || !tenant_.slot_held_by_other(static_cast<int>(o - 1)) || monotonic_ns() > deadline) {
+      owner.compare_exchange_strong(o, 0);
+      return;
+    }
+    usleep(50);
+  }
+}
+
+bool MemoryLedger::reserve(int device, std::uint64_t bytes, std::uint64_t cap, Refusal* why) {
+  DeviceEntry& d = tenant_.file().devices[device];
+  for (int attempt = 0;; ++attempt) {
+    while (!begin_change(device, bytes | 1)) wait_for_recount();
+    std::uint64_t used = d.used.load();
+    bool fits;
+    do {
+      fits = used <= cap && bytes <= cap - used;
+    } while (fits && !d.used.compare_exchange_weak(used, used + bytes));
+    if (fits) {
+      tenant_.file().slots[slot_].devices[device].used.fetch_add(bytes);
+      end_change(device);
+      return true;
+    }
+    end_change(device);
+    // Before refusing, make sure the memory of processes that died is not still counted.
+    if (attempt == 0 && any_dead_slot()) {
+      recount();  // ours, or one another process was already doing: either way, try once more
+      continue;
+    }
+    if (why) *why = Refusal{used, cap};
+    return false;
+  }
+}
+
+void MemoryLedger::release(int device, std::uint64_t bytes) {
+  DeviceEntry& d = tenant_.file().devices[device];
+  SlotDevice& mine = tenant_.file().slots[slot_].devices[device];
+  while (!begin_change(device, bytes | 1)) wait_for_recount();
+  // Never give back more than this process holds: a double free must not free others' usage.
+  std::uint64_t held = mine.used.load();
+  const std::uint64_t give = bytes <= held ? bytes : held;
+  std::uint64_t used = d.used.load();
+  while (!d.used.compare_exchange_weak(used, used >= give ? used - give : 0)) {
+  }
+  mine.used.fetch_sub(give);
+  end_change(device);
+}
+
+bool MemoryLedger::any_dead_slot() const {
+  const TenantFile& f = tenant_.file();
+  for (int i = 0; i < kMaxProcesses; ++i)
+    if (i != slot_ && f.slots[i].state.load() == SlotState::live && !tenant_.slot_held_by_other(i)) return true;
+  return false;
+}
+
+void MemoryLedger::clear_slot() {
+  while (!begin_change(0, 1)) wait_for_recount();
+  for (SlotDevice& sd : tenant_.file().slots[slot_].devices) sd.used.store(0);
+  end_change(0);
+}
+
+int MemoryLedger::recount() {
+  TenantFile& f = tenant_.file();
+  const std::uint32_t me = static_cast<std::uint32_t>(slot_ + 1);
+  // Someone else is recounting: wait for it, then recount anyway. Giving up at once left a flag
+  // that a dead recounter had set to fail every reap (and the refusal that found it) although
+  // wait_for_recount had just cleared it; recounting again is cheap and idempotent.
+  for (int attempt = 0;; ++attempt) {
+    std::uint32_t expected = 0;
+    if (f.header.recount_owner.compare_exchange_strong(expected, me)) break;
+    if (attempt == 2) return -1;
+    wait_for_recount();
+  }
+  // Which slots are live: ours, and those a live process holds.
+  static thread_local bool live[kMaxProcesses];
+  for (int i = 0; i < kMaxProcesses; ++i)
+    live[i] = f.slots[i].state.load() == SlotState::live && (i == slot_ || tenant_.slot_held_by_other(i));
+  // Let the changes already under way finish; new ones wait for us.
+  for (int i = 0; i < kMaxProcesses; ++i) {
+    if (!live[i] || i == slot_) continue;
+    for (SlotDevice& sd : f.slots[i].devices) {
+      const std::uint64_t deadline = monotonic_ns() + kFlightWaitNs;
+      while (sd.flight.load() != 0) {
+        if (monotonic_ns() > deadline) {  // a stopped process: try again later, change nothing
+          std::uint32_t mine = me;
+          f.header.recount_owner.compare_exchange_strong(mine, 0);
+          return -1;
+        }
+        usleep(20);
+      }
+    }
+  }
+  // No change can be under way now, unless we were stopped for longer than waiters wait (then they
+  // take the flag from us and go on). So replace each total only if it is still what it was here:
+  // a plain store would overwrite the changes made since, and let the tenant pass its cap.
+  std::uint64_t before[kMaxDevices];
+  for (int d = 0; d < kMaxDevices; ++d) before[d] = f.devices[d].used.load();
+  for (int d = 0; d < kMaxDevices; ++d) {
+    std::uint64_t sum = 0;
+    for (int i = 0; i < kMaxProcesses; ++i)
+      if (live[i]) sum += f.slots[i].devices[d].used.load();
+    if (f.header.recount_owner.load() != me || !f.devices[d].used.compare_exchange_strong(before[d], sum)) {
+      std::uint32_t mine = me;
+      f.header.recount_owner.compare_exchange_strong(mine, 0);
+      return -1;
+    }
+  }
+  int freed = 0;
+  for (int i = 0; i < kMaxProcesses; ++i) {
+    if (live[i] || f.slots[i].state.load() != SlotState::live) continue;
+    // Take the dead slot's lock while clearing it, so a newcomer cannot claim it half-cleared.
+    if (!tenant_.try_lock_slot(i)) continue;
+    for (SlotDevice& sd : f.slots[i].devices) sd.used.store(0), sd.flight.store(0);
+    f.slots[i].pid.store(0);
+    f.slots[i].state.store(SlotState::free);
+    tenant_.unlock_slot(i);
+    ++freed;
+  }
+  f.header.recounts.fetch_add(1);
+  std::uint32_t mine = me;
+  f.header.recount_owner.compare_exchange_strong(mine, 0);  // not another's, if it was taken from us
+  return freed;
+}
+
+std::uint64_t MemoryLedger::usage(int device) const { return tenant_.file().devices[device].used.load(); }
+std::uint64_t MemoryLedger::mine(int device) const {
+  return tenant_.file().slots[slot_].devices[device].used.load();
+}
+
+}  // namespace slice

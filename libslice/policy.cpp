@@ -1,0 +1,212 @@
+#include "policy.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "tenant_file.h"
+
+namespace slice {
+
+namespace {
+
+constexpr std::uint64_t kLookAgainNs = 1'000'000'000;  // a missing policy folder is looked for once a second
+
+std::string policy_dir(const std::string& dir) { return dir + "/policy"; }
+std::string generation_path(const std::string& dir) { return policy_dir(dir) + "/.generation"; }
+
+// Root-owned and writable by nobody else: the only place a tenant cannot write.
+bool trusted(const struct stat& st) { return st.st_uid == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0; }
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+}  // namespace
+
+std::string uuid_text(const std::uint8_t u[16]) {
+  char s[48];
+  std::snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0], u[1], u[2],
+                u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  return s;
+}
+
+std::optional<MemoryLimit> Policy::memory_for(const std::uint8_t uuid[16]) const {
+  auto it = per_gpu.find(uuid_text(uuid));
+  return it != per_gpu.end() ? it->second : memory;
+}
+
+std::string Policy::to_text(const std::string& tenant) const {
+  std::ostringstream o;
+  o << "# libslice policy of tenant \"" << tenant << "\" (written by slicectl set)\n";
+  if (memory) o << "memory_limit = " << limit_text(memory) << "\n";
+  for (auto& [gpu, w] : per_gpu) o << "memory_limit." << gpu << " = " << limit_text(w) << "\n";
+  if (compute_share) o << "compute_share = " << *compute_share << "\n";
+  if (compute_limit) o << "compute_limit = " << *compute_limit << "\n";
+  if (priority) o << "priority = " << to_string(*priority) << "\n";
+  return o.str();
+}
+
+bool parse_policy(const std::string& text, Policy& out, std::string& message) {
+  Policy p;
+  std::istringstream in(text);
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const std::string l = trim(line.substr(0, line.find('#')));
+    if (l.empty()) continue;
+    const auto eq = l.find('=');
+    if (eq == std::string::npos) {
+      message = "line " + std::to_string(n) + ": expected key = value";
+      return false;
+    }
+    const std::string key = trim(l.substr(0, eq)), value = trim(l.substr(eq + 1));
+    std::string reason;
+    bool ok = true;
+    if (key == "memory_limit" || key.rfind("memory_limit.GPU-", 0) == 0) {
+      // "none": no cap (for one GPU, an exception to the policy's cap on all the others).
+      auto limit = value == "none" ? ParseResult<MemoryLimit>{} : parse_memory_limit(value);
+      ok = value == "none" || limit.value.has_value();
+      reason = limit.reason;
+      (key == "memory_limit" ? p.memory : p.per_gpu[key.substr(std::strlen("memory_limit."))]) = limit.value;
+    } else if (key == "compute_share" || key == "compute_limit") {
+      auto percent = parse_percent(value);
+      ok = percent.value.has_value();
+      reason = percent.reason;
+      (key == "compute_share" ? p.compute_share : p.compute_limit) = percent.value.value_or(0);
+    } else if (key == "priority") {
+      auto priority = parse_priority(value);
+      ok = priority.value.has_value();
+      reason = priority.reason;
+      p.priority = priority.value;
+    } else {
+      message = "line " + std::to_string(n) + ": unknown key '" + key + "'";
+      return false;
+    }
+    if (!ok) {
+      message = "line " + std::to_string(n) + ": " + key + " = '" + value + "' is not valid: " + reason;
+      return false;
+    }
+  }
+  out = p;
+  return true;
+}
+
+PolicyStatus read_policy(const std::string& dir, const std::string& tenant, Policy& out, std::string& message) {
+  const std::string folder = policy_dir(dir), path = folder + "/" + tenant;
+  struct stat dst {}, fst {};
+  // lstat: a symbolic link a tenant planted in place of the folder is never the folder (a link's
+  // own mode is 0777, so it fails the trust check below).
+  if (lstat(folder.c_str(), &dst) != 0) return PolicyStatus::none;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return PolicyStatus::none;
+  if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode) || !trusted(dst) || !trusted(fst)) {
+    close(fd);
+    message = path + " is ignored: a policy must belong to root and be writable by nobody else";
+    return PolicyStatus::untrusted;
+  }
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0 && text.size() < (1u << 20);) text.append(buf, n);
+  close(fd);
+  if (!parse_policy(text, out, message)) {
+    message = path + ": " + message;
+    return PolicyStatus::invalid;
+  }
+  return PolicyStatus::ok;
+}
+
+bool prepare_policy_folder(const std::string& dir, std::string& error) {
+  const std::string folder = policy_dir(dir);
+  if (mkdir(folder.c_str(), 0755) != 0 && errno != EEXIST) {
+    error = "cannot create " + folder + ": " + std::strerror(errno);
+    return false;
+  }
+  // A folder someone else made would make every policy in it untrusted, and so ignored.
+  struct stat st {};
+  // lstat, not stat: through a link a tenant planted (to any root-owned folder, /etc say) root
+  // would write, and rename over, files named after tenants there.
+  if (lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || !trusted(st)) {
+    error = folder + " must be a folder that belongs to root and that nobody else may write (remove it and retry)";
+    return false;
+  }
+  int fd = ::open(generation_path(dir).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0 || ftruncate(fd, sizeof(std::uint64_t)) != 0) {
+    error = "cannot create " + generation_path(dir) + ": " + std::strerror(errno);
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  close(fd);
+  return true;
+}
+
+bool write_policy(const std::string& dir, const std::string& tenant, const Policy& policy, std::string& error) {
+  if (!valid_tenant_name(tenant)) {
+    error = "'" + tenant + "' is not a tenant name";
+    return false;
+  }
+  if (!prepare_policy_folder(dir, error)) return false;
+  const std::string folder = policy_dir(dir);
+  // Write the new text beside the old and rename it over, so a reader never sees half a policy.
+  const std::string path = folder + "/" + tenant, temp = path + ".tmp";
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << policy.to_text(tenant);
+    if (!out.flush()) {
+      error = "cannot write " + temp + ": " + std::strerror(errno);
+      return false;
+    }
+  }
+  chmod(temp.c_str(), 0644);
+  if (rename(temp.c_str(), path.c_str()) != 0) {
+    error = "cannot replace " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  int fd = ::open(generation_path(dir).c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    error = "cannot update " + generation_path(dir) + ": " + std::strerror(errno);
+    return false;
+  }
+  void* p = mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    error = "cannot map " + generation_path(dir) + ": " + std::strerror(errno);
+    return false;
+  }
+  static_cast<std::atomic<std::uint64_t>*>(p)->fetch_add(1);
+  munmap(p, sizeof(std::uint64_t));
+  return true;
+}
+
+PolicyWatcher::~PolicyWatcher() {
+  if (counter_) munmap(const_cast<std::atomic<std::uint64_t>*>(counter_), sizeof(std::uint64_t));
+}
+
+void PolicyWatcher::open(const std::string& dir) { dir_ = dir; }
+
+std::uint64_t PolicyWatcher::generation() {
+  if (counter_) return counter_->load(std::memory_order_acquire) + 1;
+  const std::uint64_t now = monotonic_ns();
+  if (now < next_look_ns_) return 0;
+  next_look_ns_ = now + kLookAgainNs;
+  int fd = ::open(generation_path(dir_).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  struct stat st {};
+  void* p = MAP_FAILED;
+  if (fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof(std::uint64_t)))
+    p = mmap(nullptr, sizeof(std::uint64_t), PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) return 0;
+  counter_ = static_cast<const std::atomic<std::uint64_t>*>(p);
+  return counter_->load(std::memory_order_acquire) + 1;  // +1: a found counter differs from "none"
+}
+
+}  // namespace slice

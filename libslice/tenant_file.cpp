@@ -1,0 +1,199 @@
+#include "tenant_file.h"
+
+#include "policy.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace slice {
+
+namespace {
+
+bool ofd_lock(int fd, std::int64_t start, short type) {
+  struct flock fl {};
+  fl.l_type = type;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = start;
+  fl.l_len = 1;
+  return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
+bool locked_by_other(int fd, std::int64_t start, std::int64_t len) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = start;
+  fl.l_len = len;
+  if (fcntl(fd, F_OFD_GETLK, &fl) != 0) return true;  // cannot tell: never treat a process as dead
+  return fl.l_type != F_UNLCK;
+}
+
+bool make_dir(const std::string& path, mode_t mode, std::string& error) {
+  if (mkdir(path.c_str(), mode) == 0) {
+    chmod(path.c_str(), mode);  // mkdir applies the umask; the sticky, shared mode is the point
+    return true;
+  }
+  if (errno != EEXIST) {
+    error = "cannot create " + path + ": " + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    error = path + " exists and is not a directory";
+    return false;
+  }
+  return true;
+}
+
+bool header_valid(const TenantHeader& h, const std::string& name) {
+  if (h.magic != kTenantMagic || h.version != kTenantVersion || h.file_size != sizeof(TenantFile)) return false;
+  if (std::memchr(h.name, '\0', sizeof h.name) == nullptr) return false;
+  return name == h.name;
+}
+
+void initialize(TenantFile* f, const std::string& name) {
+  std::memset(static_cast<void*>(f), 0, sizeof(TenantFile));
+  f->header.magic = kTenantMagic;
+  f->header.version = kTenantVersion;
+  f->header.file_size = sizeof(TenantFile);
+  std::memcpy(f->header.name, name.c_str(), name.size());
+  f->header.owner_uid = static_cast<std::uint32_t>(geteuid());
+  for (std::uint64_t& m : f->header.registered.memory_bytes) m = kNoLimit;  // zero would be a cap of 0
+}
+
+}  // namespace
+
+std::uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::uint64_t(ts.tv_sec) * 1'000'000'000ull + std::uint64_t(ts.tv_nsec);
+}
+
+bool valid_tenant_name(const std::string& name) { return parse_tenant_name(name).value.has_value(); }
+
+bool prepare_coordinator_dir(const std::string& dir, std::string& error) {
+  if (dir.empty() || dir[0] != '/') {
+    error = "'" + dir + "' is not an absolute path";
+    return false;
+  }
+  // Create the parents as ordinary folders, the coordinator folder itself shared and sticky.
+  for (std::size_t pos = 1; (pos = dir.find('/', pos)) != std::string::npos; ++pos) {
+    std::string parent = dir.substr(0, pos);
+    if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
+      error = "cannot create " + parent + ": " + std::strerror(errno);
+      return false;
+    }
+  }
+  if (!make_dir(dir, 01777, error) || !make_dir(dir + "/tenants", 01777, error)) return false;
+  if (access((dir + "/tenants").c_str(), W_OK | X_OK) != 0) {
+    error = "cannot write in " + dir + "/tenants: " + std::strerror(errno);
+    return false;
+  }
+  // Root claims the policy folder while it can. Failing that is not fatal for a process: policies
+  // are then ignored, and slicectl set says why.
+  std::string ignored;
+  if (geteuid() == 0) prepare_policy_folder(dir, ignored);
+  return true;
+}
+
+std::unique_ptr<TenantFileHandle> TenantFileHandle::open(const std::string& dir, const std::string& name, Mode mode,
+                                                         std::string& error) {
+  if (!valid_tenant_name(name)) {
+    error = "'" + name + "' is not a tenant name (1-63 of A-Z a-z 0-9 . _ -, not starting with . or -)";
+    return nullptr;
+  }
+  const std::string path = dir + "/tenants/" + name;
+  const bool write = mode != Mode::read_only;
+  // O_NONBLOCK: a FIFO planted in place of a tenant file would block a reader's open forever; on
+  // a regular file it changes nothing, and anything else is refused just below.
+  int flags = (write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  if (mode == Mode::create) flags |= O_CREAT;
+  int fd = ::open(path.c_str(), flags, 0644);
+  if (fd < 0) {
+    if (errno == EACCES && write)
+      error = "tenant '" + name + "' belongs to another user (" + path + " is not writable)";
+    else
+      error = "cannot open " + path + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  std::unique_ptr<TenantFileHandle> h(new TenantFileHandle());
+  h->fd_ = fd;
+  h->writable_ = write;
+  h->name_ = name;
+  bool locked = false;
+  if (write && !(locked = h->lock_init(2'000'000'000ull))) {
+    error = path + ": its initialisation lock was held for over 2 s";
+    return nullptr;
+  }
+  // Looked at under the lock: a process creating the file at the same time has finished.
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    error = path + " is not a regular file";
+    if (locked) h->unlock_init();
+    return nullptr;
+  }
+  // From here the file is checked before it is mapped: a short or foreign file is never read.
+  TenantHeader header {};
+  bool valid = st.st_size == static_cast<off_t>(sizeof(TenantFile)) &&
+               pread(fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header) && header_valid(header, name);
+  const bool fresh = !valid;
+  if (fresh) {
+    if (mode != Mode::create || (st.st_size != 0 && h->any_live_slot())) {
+      error = path + (st.st_size == 0 ? " is empty" : " is not a valid tenant file (truncated, foreign or corrupted)");
+      if (locked) h->unlock_init();
+      return nullptr;
+    }
+    // Nobody uses it: rebuild. Reserve the pages now, so that a full file system is an error here
+    // and never a SIGBUS later when a mapped page is first written.
+    // posix_fallocate returns its error and leaves errno alone (which still held an earlier
+    // EEXIST: "File exists" on a full disk), so take the number it returns.
+    const int size_error = ftruncate(fd, 0) != 0 ? errno : posix_fallocate(fd, 0, sizeof(TenantFile));
+    if (size_error != 0) {
+      error = "cannot size " + path + ": " + std::strerror(size_error);
+      if (ftruncate(fd, 0) != 0) {
+      }
+      h->unlock_init();
+      return nullptr;
+    }
+  }
+  void* p = mmap(nullptr, sizeof(TenantFile), write ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    error = "cannot map " + path + ": " + std::strerror(errno);
+    if (locked) h->unlock_init();
+    return nullptr;
+  }
+  h->file_ = static_cast<TenantFile*>(p);
+  if (fresh) initialize(h->file_, name);
+  if (locked) h->unlock_init();
+  return h;
+}
+
+TenantFileHandle::~TenantFileHandle() {
+  if (file_) munmap(file_, sizeof(TenantFile));
+  if (fd_ >= 0) close(fd_);
+}
+
+bool TenantFileHandle::try_lock_slot(int slot) const { return ofd_lock(fd_, kSlotLockBase + slot, F_WRLCK); }
+void TenantFileHandle::unlock_slot(int slot) const { ofd_lock(fd_, kSlotLockBase + slot, F_UNLCK); }
+bool TenantFileHandle::slot_held_by_other(int slot) const { return locked_by_other(fd_, kSlotLockBase + slot, 1); }
+bool TenantFileHandle::any_live_slot() const { return locked_by_other(fd_, kSlotLockBase, kMaxProcesses); }
+
+bool TenantFileHandle::lock_init(std::uint64_t timeout_ns) const {
+  // Held only for a few system calls by a live process, and dropped by the kernel when one dies.
+  const std::uint64_t deadline = monotonic_ns() + timeout_ns;
+  while (!ofd_lock(fd_, kInitLockByte, F_WRLCK)) {
+    if (monotonic_ns() > deadline) return false;
+    usleep(200);
+  }
+  return true;
+}
+
+void TenantFileHandle::unlock_init() const { ofd_lock(fd_, kInitLockByte, F_UNLCK); }
+
+}  // namespace slice

@@ -1,0 +1,56 @@
+// One tenant's shared file, mapped: opening or creating it, checking that it is what it claims to
+// be, and the kernel-held locks that say which of its process slots are alive.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "coordinator_layout.h"
+
+namespace slice {
+
+// Creates SLICE_COORDINATOR_DIR and its tenants/ folder when missing (mode 1777, like /tmp: every
+// user may register a tenant, none may remove another's), and checks they are usable.
+bool prepare_coordinator_dir(const std::string& dir, std::string& error);
+
+bool valid_tenant_name(const std::string& name);
+
+class TenantFileHandle {
+ public:
+  enum class Mode { read_only, read_write, create };
+  // Opens <dir>/tenants/<name>. With Mode::create, a missing file is created and a file that is not a
+  // valid tenant file, but that no live process uses, is rebuilt. Never trusts what it reads.
+  static std::unique_ptr<TenantFileHandle> open(const std::string& dir, const std::string& name, Mode mode,
+                                                std::string& error);
+  ~TenantFileHandle();
+  TenantFileHandle(const TenantFileHandle&) = delete;
+  TenantFileHandle& operator=(const TenantFileHandle&) = delete;
+
+  TenantFile& file() { return *file_; }
+  const TenantFile& file() const { return *file_; }
+  bool writable() const { return writable_; }
+  const std::string& name() const { return name_; }
+
+  // Slot ownership: a write lock on the slot's byte, held by the owner for its whole life.
+  bool try_lock_slot(int slot) const;
+  void unlock_slot(int slot) const;
+  // True while some other open file description (another process) holds the slot's lock.
+  bool slot_held_by_other(int slot) const;
+  // The short lock for structural changes (creation, registration): polled with a deadline.
+  bool lock_init(std::uint64_t timeout_ns) const;
+  void unlock_init() const;
+  // True if any process slot of the file is held by a live process.
+  bool any_live_slot() const;
+
+ private:
+  TenantFileHandle() = default;
+  TenantFile* file_ = nullptr;
+  int fd_ = -1;
+  bool writable_ = false;
+  std::string name_;
+};
+
+std::uint64_t monotonic_ns();
+
+}  // namespace slice

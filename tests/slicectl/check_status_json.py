@@ -1,0 +1,92 @@
+"""Checks `slicectl status --json` (read from standard input) against the contract of
+ARCHITECTURE.md part A, and prints it flattened, one line per device, tenant, process and warning,
+for the C++ test to compare:
+
+  device INDEX UUID "NAME" TOTAL USED
+  tenant UUID NAME PRIORITY LIMIT|null USED SHARE LIMIT POLICY DEAD
+  process UUID TENANT PID "NAME" MEMORY
+  warning "TEXT"
+
+Text fields are printed as ASCII JSON strings. Exit status 1, with the reason, if anything is off.
+"""
+import json
+import sys
+
+
+def fail(why):
+    print("bad status JSON: " + why, file=sys.stderr)
+    sys.exit(1)
+
+
+def need(obj, key, kinds, where):
+    if not isinstance(obj, dict) or key not in obj:
+        fail(f"{where}: missing key {key!r}")
+    value = obj[key]
+    # bool is an int in Python: numbers must not be booleans, booleans must be.
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        fail(f"{where}: {key!r} = {value!r} is not {kinds}")
+    return value
+
+
+def main():
+    raw = sys.stdin.buffer.read()
+    try:
+        doc = json.loads(raw.decode("utf-8"))  # strict: invalid UTF-8 fails here
+    except (UnicodeDecodeError, ValueError) as e:
+        fail(f"does not parse: {e}")
+    devices = need(doc, "devices", (list,), "top")
+    out = []
+    uuids = []
+    for i, d in enumerate(devices):
+        where = f"devices[{i}]"
+        if need(d, "index", (int,), where) != i:
+            fail(f"{where}: index {d['index']} is not {i}")
+        uuid = need(d, "uuid", (str,), where)
+        uuids.append(uuid)
+        name = need(d, "name", (str,), where)
+        total = need(d, "total_bytes", (int,), where)
+        used = need(d, "used_bytes", (int,), where)
+        tenants = need(d, "tenants", (list,), where)
+        out.append(f"device {i} {uuid} {json.dumps(name)} {total} {used}")
+        tenant_sum = 0
+        for k, t in enumerate(tenants):
+            tw = f"{where}.tenants[{k}]"
+            tname = need(t, "name", (str,), tw)
+            priority = need(t, "priority", (str,), tw)
+            if priority not in ("high", "normal", "low"):
+                fail(f"{tw}: priority {priority!r}")
+            limit = need(t, "memory_limit_bytes", (int, type(None)), tw)
+            tused = need(t, "memory_used_bytes", (int,), tw)
+            share = need(t, "compute_share", (int,), tw)
+            climit = need(t, "compute_limit", (int,), tw)
+            for key in ("compute_used_1s", "compute_used_10s"):
+                if need(t, key, (type(None), int, float), tw) is not None:
+                    fail(f"{tw}: {key} should be null until the compute issue")
+            if not (1 <= share <= 100 and 1 <= climit <= 100):
+                fail(f"{tw}: share {share} / limit {climit} out of 1-100")
+            policy = need(t, "policy", (bool,), tw)
+            dead = need(t, "dead_processes", (int,), tw)
+            processes = need(t, "processes", (list,), tw)
+            out.append(f"tenant {uuid} {tname} {priority} {'null' if limit is None else limit} {tused} "
+                       f"{share} {climit} {str(policy).lower()} {dead}")
+            process_sum = 0
+            for m, p in enumerate(processes):
+                pw = f"{tw}.processes[{m}]"
+                pid = need(p, "pid", (int,), pw)
+                pname = need(p, "name", (str,), pw)
+                pmem = need(p, "memory_used_bytes", (int,), pw)
+                process_sum += pmem
+                out.append(f"process {uuid} {tname} {pid} {json.dumps(pname)} {pmem}")
+            if process_sum != tused:
+                fail(f"{tw}: processes hold {process_sum} bytes, the tenant says {tused}")
+            tenant_sum += tused
+        if tenant_sum != used:
+            fail(f"{where}: tenants hold {tenant_sum} bytes, the device says {used}")
+    if uuids != sorted(uuids):
+        fail(f"devices are not in UUID order: {uuids}")
+    for w in need(doc, "warnings", (list,), "top"):
+        out.append(f"warning {json.dumps(w)}")
+    print("\n".join(out))
+
+
+main()

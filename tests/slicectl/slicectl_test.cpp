@@ -1,0 +1,647 @@
+// slicectl against a live coordinator: tenants and processes come from slicectl_tenant_holder
+// (real processes on fake GPUs, no CUDA), slicectl runs as a subprocess, and its JSON is checked by
+// check_status_json.py. Covers status (JSON and table), set (policy file, merge, effect on a live
+// process's cap, validation, root), gc after SIGKILL, unreadable tenant files, odd bytes in the
+// text a tenant writes, and the usage errors and help texts.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tenant_file.h"
+
+namespace {
+
+constexpr const char* kGpuA = "GPU-11111111-1111-1111-1111-111111111111";
+constexpr const char* kGpuB = "GPU-22222222-2222-2222-2222-222222222222";
+const std::string kDeviceA = "11:Fake GPU A:25769803776";  // 24 GiB
+const std::string kDeviceB = "22:Fake GPU B:8589934592";   // 8 GiB
+constexpr std::uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
+
+std::string scratch() {
+  const char* t = std::getenv("SLICE_TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// The first line that starts with `prefix`, or "".
+std::string line_starting(const std::string& text, const std::string& prefix) {
+  for (const std::string& l : lines_of(text))
+    if (l.rfind(prefix, 0) == 0) return l;
+  return "";
+}
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+std::ostream& operator<<(std::ostream& o, const Result& r) {
+  return o << "exit " << r.rc << "\n--- stdout\n" << r.out << "--- stderr\n" << r.err;
+}
+
+// Runs argv (argv[0] looked up in PATH) with `env` added, standard input from `input`; waits at
+// most 30 s.
+Result run(const std::vector<std::string>& argv, const std::vector<std::string>& env = {},
+           const std::string& input = "") {
+  static int n = 0;
+  const std::string base = scratch() + "/run" + std::to_string(getpid()) + "." + std::to_string(n++);
+  const std::string out = base + ".out", err = base + ".err", in = base + ".in";
+  std::ofstream(in) << input;
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int i = open(in.c_str(), O_RDONLY), o = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644),
+              e = open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(i, 0);
+    dup2(o, 1);
+    dup2(e, 2);
+    for (const std::string& kv : env) putenv(strdup(kv.c_str()));
+    std::vector<char*> args;
+    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  Result r;
+  int status = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      r.err = "(killed after 30 s)\n";
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = read_file(out);
+  r.err += read_file(err);
+  unlink(in.c_str());
+  unlink(out.c_str());
+  unlink(err.c_str());
+  return r;
+}
+
+Result slicectl(std::vector<std::string> args, const std::vector<std::string>& env = {}) {
+  args.insert(args.begin(), SLICECTL);
+  return run(args, env);
+}
+
+// One process of a tenant (tenant_holder.cpp), alive until stopped or killed.
+class Holder {
+ public:
+  Holder(const std::string& dir, std::vector<std::string> args) {
+    int to_child[2], from_child[2];
+    if (pipe2(to_child, O_CLOEXEC) != 0 || pipe2(from_child, O_CLOEXEC) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      setenv("SLICE_COORDINATOR_DIR", dir.c_str(), 1);
+      std::vector<char*> argv{const_cast<char*>(TENANT_HOLDER)};
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(TENANT_HOLDER, argv.data());
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = to_child[1];
+    out_ = from_child[0];
+    ready_ = read_line() == "ready";
+  }
+  ~Holder() { stop(); }
+  Holder(const Holder&) = delete;
+  Holder& operator=(const Holder&) = delete;
+
+  bool ready() const { return ready_; }
+  pid_t pid() const { return pid_; }
+
+  // Sends one command line and returns the one-line answer.
+  std::string ask(const std::string& command) {
+    const std::string line = command + "\n";
+    if (write(in_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) return "(write failed)";
+    return read_line();
+  }
+
+  void kill9() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    close_pipes();
+  }
+
+  // Closes its standard input: it leaves the coordinator and exits.
+  void stop() {
+    if (pid_ <= 0) return;
+    close_pipes();
+    int status = 0;
+    for (int i = 0; i < 500 && waitpid(pid_, &status, WNOHANG) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (waitpid(pid_, &status, WNOHANG) == 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, &status, 0);
+    }
+    pid_ = -1;
+  }
+
+ private:
+  std::string read_line(int timeout_ms = 10000) {
+    while (true) {
+      const auto nl = buffer_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        return line;
+      }
+      pollfd p{out_, POLLIN, 0};
+      if (poll(&p, 1, timeout_ms) != 1) return "(no answer)";
+      char buf[256];
+      const ssize_t n = read(out_, buf, sizeof buf);
+      if (n <= 0) return "(closed)";
+      buffer_.append(buf, n);
+    }
+  }
+  void close_pipes() {
+    if (in_ >= 0) close(in_);
+    if (out_ >= 0) close(out_);
+    in_ = out_ = -1;
+  }
+
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+  bool ready_ = false;
+  std::string buffer_;
+};
+
+// Asks the holder for its cap on device 0 until it is `bytes` (3 s at most).
+bool wait_for_cap(Holder& h, std::uint64_t bytes) {
+  for (int i = 0; i < 60; ++i) {
+    if (h.ask("cap 0") == std::to_string(bytes)) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+// `slicectl status --json` checked against the contract and flattened (check_status_json.py).
+Result checked_json(const std::string& json) { return run({PYTHON, CHECK_STATUS_JSON}, {}, json); }
+
+class SlicectlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string root = scratch() + "/" + info->name();
+    mkdir(root.c_str(), 0755);
+    dir_ = root + "/coordinator";
+  }
+
+  std::unique_ptr<Holder> holder(std::vector<std::string> args) {
+    auto h = std::make_unique<Holder>(dir_, std::move(args));
+    EXPECT_TRUE(h->ready()) << "the tenant holder did not start";
+    return h;
+  }
+
+  // The flattened, checked JSON status (fails the test if the JSON is off).
+  std::string json_status() {
+    const Result s = slicectl({"status", "--json", "--coordinator", dir_});
+    EXPECT_EQ(s.rc, 0) << s;
+    const Result c = checked_json(s.out);
+    EXPECT_EQ(c.rc, 0) << c << "\nJSON was: " << s.out;
+    return c.out;
+  }
+
+  std::string table_status() {
+    const Result s = slicectl({"status", "--coordinator", dir_});
+    EXPECT_EQ(s.rc, 0) << s;
+    return s.out;
+  }
+
+  // The tenant's total on its device entry `device` as the tenant file holds it.
+  std::uint64_t tenant_total(const std::string& tenant, int device) {
+    std::string error;
+    auto h = slice::TenantFileHandle::open(dir_, tenant, slice::TenantFileHandle::Mode::read_only, error);
+    EXPECT_NE(h, nullptr) << error;
+    return h ? h->file().devices[device].used.load() : 0;
+  }
+
+  bool root() const { return geteuid() == 0; }
+
+  std::string dir_;
+};
+
+TEST_F(SlicectlTest, HelpDocumentsEveryOption) {
+  const Result main_help = slicectl({"--help"});
+  EXPECT_EQ(main_help.rc, 0) << main_help;
+  for (const char* s : {"usage: slicectl SUBCOMMAND", "status [--json]", "set TENANT", "gc [TENANT]",
+                        "--coordinator DIR", "$SLICE_COORDINATOR_DIR", "/dev/shm/libslice"})
+    EXPECT_TRUE(contains(main_help.out, s)) << s << "\n" << main_help;
+
+  const Result status = slicectl({"status", "--help"});
+  EXPECT_EQ(status.rc, 0) << status;
+  for (const char* s : {"usage: slicectl status", "--json", "--coordinator DIR", "memory_limit_bytes",
+                        "compute_used_1s", "null"})
+    EXPECT_TRUE(contains(status.out, s)) << s << "\n" << status;
+
+  const Result set = slicectl({"set", "--help"});
+  EXPECT_EQ(set.rc, 0) << set;
+  for (const char* s : {"usage: slicectl set TENANT", "--memory Q|P%|none", "--memory-gpu UUID=Q", "--compute P",
+                        "--limit P", "--priority high|normal|low", "--coordinator DIR", "root"})
+    EXPECT_TRUE(contains(set.out, s)) << s << "\n" << set;
+
+  const Result gc = slicectl({"gc", "--help"});
+  EXPECT_EQ(gc.rc, 0) << gc;
+  for (const char* s : {"usage: slicectl gc [TENANT]", "--coordinator DIR"})
+    EXPECT_TRUE(contains(gc.out, s)) << s << "\n" << gc;
+
+  EXPECT_EQ(slicectl({"help", "set"}).out, set.out);
+  EXPECT_EQ(slicectl({"set", "inference", "-h"}).out, set.out);
+}
+
+TEST_F(SlicectlTest, UsageErrorsExitTwoWithUsage) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message, usage;
+  };
+  const std::vector<Case> cases = {
+      {{}, "a subcommand is needed", "usage: slicectl SUBCOMMAND"},
+      {{"bogus"}, "unknown subcommand 'bogus'", "usage: slicectl SUBCOMMAND"},
+      {{"--bogus"}, "unknown option '--bogus'", "usage: slicectl SUBCOMMAND"},
+      {{"status", "--bogus"}, "unknown option '--bogus'", "usage: slicectl status"},
+      {{"status", "extra"}, "unexpected argument 'extra'", "usage: slicectl status"},
+      {{"status", "--coordinator"}, "--coordinator needs a value", "usage: slicectl status"},
+      {{"gc", "a", "b"}, "unexpected argument 'b'", "usage: slicectl gc"},
+      {{"gc", "--json"}, "unknown option '--json'", "usage: slicectl gc"},
+      {{"set", "t", "--memory", "1Gi", "--json"}, "unknown option '--json'", "usage: slicectl set"},
+  };
+  for (const Case& c : cases) {
+    const Result r = slicectl(c.args);
+    EXPECT_EQ(r.rc, 2) << r;
+    EXPECT_TRUE(contains(r.err, c.message)) << c.message << "\n" << r;
+    EXPECT_TRUE(contains(r.err, c.usage)) << c.usage << "\n" << r;
+    EXPECT_EQ(r.out, "") << r;
+  }
+}
+
+TEST_F(SlicectlTest, MissingCoordinatorIsAClearErrorNotACrash) {
+  const std::string missing = dir_ + "/nothing-here";
+  const std::string message = "no coordinator at " + missing + ": no libslice process has run with it";
+  std::vector<std::vector<std::string>> commands = {
+      {"status", "--coordinator", missing}, {"status", "--json", "--coordinator", missing},
+      {"gc", "--coordinator", missing},     {"gc", "some-tenant", "--coordinator", missing}};
+  if (root()) commands.push_back({"set", "some-tenant", "--memory", "1Gi", "--coordinator", missing});
+  for (const auto& args : commands) {
+    const Result r = slicectl(args);
+    EXPECT_EQ(r.rc, 1) << r;
+    EXPECT_TRUE(contains(r.err, message)) << r;
+    EXPECT_EQ(r.out, "") << r;
+  }
+  // The default comes from SLICE_COORDINATOR_DIR.
+  const Result r = slicectl({"status"}, {"SLICE_COORDINATOR_DIR=" + missing});
+  EXPECT_EQ(r.rc, 1) << r;
+  EXPECT_TRUE(contains(r.err, message)) << r;
+  // A file where the folder should be.
+  std::ofstream(dir_ + ".file") << "x";
+  const Result f = slicectl({"status", "--coordinator", dir_ + ".file"});
+  EXPECT_EQ(f.rc, 1) << f;
+  EXPECT_TRUE(contains(f.err, "not a directory")) << f;
+}
+
+TEST_F(SlicectlTest, EmptyCoordinator) {
+  mkdir(dir_.c_str(), 01777);
+  mkdir((dir_ + "/tenants").c_str(), 01777);
+  const Result table = slicectl({"status", "--coordinator", dir_});
+  EXPECT_EQ(table.rc, 0) << table;
+  EXPECT_TRUE(contains(table.out, "0 tenants on 0 GPUs")) << table;
+  const Result json = slicectl({"status", "--json", "--coordinator", dir_});
+  EXPECT_EQ(json.rc, 0) << json;
+  EXPECT_TRUE(contains(json.out, "{\"devices\":[]")) << json;
+  EXPECT_EQ(checked_json(json.out).rc, 0);
+  const Result gc = slicectl({"gc", "--coordinator", dir_});
+  EXPECT_EQ(gc.rc, 0) << gc;
+  EXPECT_TRUE(contains(gc.out, "no tenants")) << gc;
+}
+
+TEST_F(SlicectlTest, StatusJsonGathersDevicesAcrossTenants) {
+  auto server = holder({"--tenant", "inference", "--device", kDeviceB, "--device", kDeviceA, "--memory", "4Gi",
+                        "--compute", "30", "--limit", "50", "--priority", "high", "--reserve",
+                        "0:" + std::to_string(256 * kMiB), "--reserve", "1:" + std::to_string(kGiB), "--comm",
+                        "server"});
+  auto worker = holder({"--tenant", "inference", "--device", kDeviceA, "--memory", "4Gi", "--compute", "30",
+                        "--limit", "50", "--priority", "high", "--reserve", "0:" + std::to_string(512 * kMiB),
+                        "--comm", "worker"});
+  auto trainer = holder({"--tenant", "training", "--device", kDeviceA, "--reserve", "0:" + std::to_string(2 * kGiB),
+                         "--comm", "trainer"});
+  const std::string s = json_status();
+  const auto has = [&](const std::string& line) { EXPECT_TRUE(contains(s, line + "\n")) << line << "\n" << s; };
+  const std::string server_pid = std::to_string(server->pid()), worker_pid = std::to_string(worker->pid());
+  // Devices in UUID order, whichever tenant met them first; used = the sum over tenants.
+  has(std::string("device 0 ") + kGpuA + " \"Fake GPU A\" 25769803776 " + std::to_string(kGiB + 512 * kMiB + 2 * kGiB));
+  has(std::string("device 1 ") + kGpuB + " \"Fake GPU B\" 8589934592 " + std::to_string(256 * kMiB));
+  has(std::string("tenant ") + kGpuA + " inference high 4294967296 " + std::to_string(kGiB + 512 * kMiB) + " 30 50 false 0");
+  has(std::string("tenant ") + kGpuA + " training normal null " + std::to_string(2 * kGiB) + " 100 100 false 0");
+  has(std::string("tenant ") + kGpuB + " inference high 4294967296 " + std::to_string(256 * kMiB) + " 30 50 false 0");
+  has(std::string("process ") + kGpuA + " inference " + server_pid + " \"server\" " + std::to_string(kGiB));
+  has(std::string("process ") + kGpuA + " inference " + worker_pid + " \"worker\" " + std::to_string(512 * kMiB));
+  has(std::string("process ") + kGpuB + " inference " + server_pid + " \"server\" " + std::to_string(256 * kMiB));
+  has(std::string("process ") + kGpuB + " inference " + worker_pid + " \"worker\" 0");
+  has(std::string("process ") + kGpuA + " training " + std::to_string(trainer->pid()) + " \"trainer\" " +
+      std::to_string(2 * kGiB));
+  EXPECT_FALSE(contains(s, "warning")) << s;
+
+  // The coordinator from SLICE_COORDINATOR_DIR, or --coordinator before the subcommand, or with '='.
+  const Result plain = slicectl({"status", "--json", "--coordinator", dir_});
+  EXPECT_EQ(slicectl({"status", "--json"}, {"SLICE_COORDINATOR_DIR=" + dir_}).out, plain.out);
+  EXPECT_EQ(slicectl({"--coordinator", dir_, "status", "--json"}).out, plain.out);
+  EXPECT_EQ(slicectl({"status", "--json", "--coordinator=" + dir_}).out, plain.out);
+  EXPECT_EQ(slicectl({"status", "--json", "--coordinator", dir_}, {"SLICE_COORDINATOR_DIR=/nonexistent"}).out,
+            plain.out);
+}
+
+TEST_F(SlicectlTest, StatusTableIsAlignedWithUnits) {
+  auto server = holder({"--tenant", "inference", "--device", kDeviceA, "--memory", "4Gi", "--compute", "30", "--limit",
+                        "50", "--priority", "high", "--reserve", "0:" + std::to_string(kGiB), "--comm", "server"});
+  auto trainer = holder({"--tenant", "training", "--device", kDeviceA, "--reserve",
+                         "0:" + std::to_string(512 * kMiB), "--comm", "trainer"});
+  const std::string t = table_status();
+  EXPECT_TRUE(contains(t, "2 tenants on 1 GPU\n")) << t;
+  EXPECT_TRUE(contains(t, std::string("GPU 0  Fake GPU A  ") + kGpuA + "  1.5 GiB of 24.0 GiB used (6%)\n")) << t;
+  const std::string header = line_starting(t, "  TENANT / PROCESS");
+  const std::string inference = line_starting(t, "  inference");
+  const std::string process = line_starting(t, "    " + std::to_string(server->pid()) + " server");
+  const std::string training = line_starting(t, "  training");
+  ASSERT_NE(header, "") << t;
+  ASSERT_NE(inference, "") << t;
+  ASSERT_NE(process, "") << t;
+  ASSERT_NE(training, "") << t;
+  // Tenant: used, cap, use of the cap, share, limit, priority; compute figures not measured yet.
+  std::istringstream row(inference);
+  std::vector<std::string> cells;
+  for (std::string c; row >> c;) cells.push_back(c);
+  const std::vector<std::string> expected = {"inference", "1.0", "GiB", "4.0", "GiB", "25%", "30%", "50%", "high", "-", "-"};
+  EXPECT_EQ(cells, expected) << t;
+  EXPECT_TRUE(contains(training, "512.0 MiB")) << t;
+  EXPECT_TRUE(contains(training, "none")) << t;
+  EXPECT_TRUE(contains(training, "normal")) << t;
+  EXPECT_TRUE(contains(process, "1.0 GiB")) << t;
+  // Aligned: the values end where their header ends.
+  const auto end_of = [](const std::string& line, const std::string& cell) { return line.find(cell) + cell.size(); };
+  EXPECT_EQ(end_of(header, "MEMORY USED"), end_of(inference, "1.0 GiB")) << t;
+  EXPECT_EQ(end_of(header, "MEMORY USED"), end_of(training, "512.0 MiB")) << t;
+  EXPECT_EQ(end_of(header, "MEMORY USED"), end_of(process, "1.0 GiB")) << t;
+  EXPECT_EQ(end_of(header, "CAP"), end_of(inference, "4.0 GiB")) << t;
+  EXPECT_EQ(end_of(header, "CAP"), end_of(training, "none")) << t;
+  EXPECT_EQ(header.find("PRIORITY"), inference.find("high")) << t;
+  EXPECT_EQ(header.find("PRIORITY"), training.find("normal")) << t;
+  // Nothing to warn about.
+  EXPECT_FALSE(contains(t, "warning")) << t;
+  EXPECT_FALSE(contains(t, "dead")) << t;
+  EXPECT_FALSE(contains(t, "administrator")) << t;
+}
+
+TEST_F(SlicectlTest, SetWritesPolicyThatALiveProcessTakes) {
+  if (!root()) GTEST_SKIP() << "slicectl set needs root";
+  auto server = holder({"--tenant", "inference", "--device", kDeviceA, "--memory", "4Gi", "--reserve",
+                        "0:" + std::to_string(kGiB), "--comm", "server"});
+  ASSERT_EQ(server->ask("cap 0"), std::to_string(4 * kGiB));
+
+  const Result r = slicectl({"set", "inference", "--memory", "1536Mi", "--compute", "30", "--priority", "high",
+                             "--coordinator", dir_});
+  ASSERT_EQ(r.rc, 0) << r;
+  for (const char* s : {"memory_limit = 1536Mi", "compute_share = 30", "priority = high", "cap 1.5 GiB (uses 1.0 GiB)",
+                        "next allocation"})
+    EXPECT_TRUE(contains(r.out, s)) << s << "\n" << r;
+  const std::string file = dir_ + "/policy/inference";
+  std::string policy = read_file(file);
+  EXPECT_TRUE(contains(policy, "memory_limit = 1536Mi\n")) << policy;
+  EXPECT_TRUE(contains(policy, "compute_share = 30\n")) << policy;
+  EXPECT_TRUE(contains(policy, "priority = high\n")) << policy;
+  EXPECT_FALSE(contains(policy, "compute_limit")) << policy;
+  struct stat st {};
+  ASSERT_EQ(stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
+
+  // The live process takes the new cap: it joined before the coordinator had any policy, so it
+  // finds the policy folder's generation counter within a second (PolicyWatcher looks once a
+  // second); from then on every change holds at its next reservation. 1 GiB held, 1.5 GiB cap.
+  EXPECT_TRUE(wait_for_cap(*server, 1536 * kMiB));
+  EXPECT_EQ(server->ask("reserve 0 " + std::to_string(kGiB)), "refused " + std::to_string(kGiB) + " " +
+                                                                  std::to_string(1536 * kMiB));
+  EXPECT_EQ(server->ask("reserve 0 " + std::to_string(512 * kMiB)), "ok");
+  EXPECT_EQ(server->ask("cap 0"), std::to_string(1536 * kMiB));
+
+  std::string s = json_status();
+  EXPECT_TRUE(contains(s, std::string("tenant ") + kGpuA + " inference high " + std::to_string(1536 * kMiB) + " " +
+                              std::to_string(1536 * kMiB) + " 30 100 true 0"))
+      << s;
+  const std::string t = table_status();
+  EXPECT_TRUE(contains(line_starting(t, "  inference"), "inference *")) << t;
+  EXPECT_TRUE(contains(t, "* limits set by an administrator (slicectl set)")) << t;
+
+  // Options not given keep their values.
+  ASSERT_EQ(slicectl({"set", "inference", "--limit", "60", "--coordinator", dir_}).rc, 0);
+  policy = read_file(file);
+  for (const char* line : {"memory_limit = 1536Mi\n", "compute_share = 30\n", "compute_limit = 60\n", "priority = high\n"})
+    EXPECT_TRUE(contains(policy, line)) << line << "\n" << policy;
+
+  // A per-GPU cap wins over --memory there; UUIDs in any case.
+  const Result gpu = slicectl({"set", "inference", "--memory-gpu", "gpu-11111111-1111-1111-1111-111111111111=2Gi",
+                               "--memory", "1Gi", "--coordinator", dir_});
+  ASSERT_EQ(gpu.rc, 0) << gpu;
+  policy = read_file(file);
+  EXPECT_TRUE(contains(policy, std::string("memory_limit.") + kGpuA + " = 2Gi\n")) << policy;
+  EXPECT_TRUE(contains(policy, "memory_limit = 1Gi\n")) << policy;
+  EXPECT_EQ(server->ask("cap 0"), std::to_string(2 * kGiB));
+  // Removing it lets --memory hold again; a percentage is of the device.
+  ASSERT_EQ(slicectl({"set", "inference", "--memory-gpu", std::string(kGpuA) + "=none", "--memory", "25%",
+                      "--coordinator", dir_}).rc, 0);
+  EXPECT_FALSE(contains(read_file(file), "memory_limit.")) << read_file(file);
+  EXPECT_EQ(server->ask("cap 0"), std::to_string(6 * kGiB));
+  // none: the policy's cap goes, the tenant's own (4 GiB) holds again; the rest stays.
+  const Result none = slicectl({"set", "inference", "--memory", "none", "--coordinator", dir_});
+  ASSERT_EQ(none.rc, 0) << none;
+  EXPECT_FALSE(contains(none.out, "memory_limit")) << none;
+  EXPECT_TRUE(contains(none.out, "compute_limit = 60")) << none;
+  EXPECT_FALSE(contains(read_file(file), "memory_limit")) << read_file(file);
+  EXPECT_EQ(server->ask("cap 0"), std::to_string(4 * kGiB));
+}
+
+TEST_F(SlicectlTest, SetBeforeTheTenantStarts) {
+  if (!root()) GTEST_SKIP() << "slicectl set needs root";
+  auto other = holder({"--tenant", "other", "--device", kDeviceA});
+  const Result r = slicectl({"set", "later", "--memory", "2Gi", "--coordinator", dir_});
+  ASSERT_EQ(r.rc, 0) << r;
+  EXPECT_TRUE(contains(r.out, "tenant 'later' has not started yet")) << r;
+  auto later = holder({"--tenant", "later", "--device", kDeviceA, "--memory", "8Gi"});
+  EXPECT_EQ(later->ask("cap 0"), std::to_string(2 * kGiB));
+  EXPECT_EQ(later->ask("reserve 0 " + std::to_string(3 * kGiB)), "refused 0 " + std::to_string(2 * kGiB));
+}
+
+TEST_F(SlicectlTest, SetValidatesEveryOption) {
+  auto server = holder({"--tenant", "inference", "--device", kDeviceA});
+  struct Case {
+    std::vector<std::string> args;
+    std::vector<std::string> message;  // parts the error must contain
+  };
+  const std::string uuid = kGpuA;
+  const std::vector<Case> cases = {
+      {{"--memory", "12X"}, {"--memory '12X' is not valid", "example: --memory 4Gi"}},
+      {{"--memory", "0"}, {"--memory '0' is not valid", "example: --memory 4Gi"}},
+      {{"--memory", "-1Gi"}, {"--memory '-1Gi' is not valid", "example: --memory 4Gi"}},
+      {{"--memory", "101%"}, {"--memory '101%' is not valid", "example: --memory 4Gi"}},
+      {{"--memory=99999999999Ei"}, {"--memory '99999999999Ei' is not valid"}},
+      {{"--compute", "0"}, {"--compute '0' is not valid", "example: --compute 30"}},
+      {{"--compute", "101"}, {"--compute '101' is not valid", "example: --compute 30"}},
+      {{"--compute", "half"}, {"--compute 'half' is not valid", "example: --compute 30"}},
+      {{"--limit", "150"}, {"--limit '150' is not valid", "example: --limit 50"}},
+      {{"--priority", "urgent"}, {"--priority 'urgent' is not valid", "example: --priority high"}},
+      {{"--memory-gpu", "8Gi"}, {"--memory-gpu '8Gi' is not valid", "expected UUID=Q", "example: --memory-gpu GPU-"}},
+      {{"--memory-gpu", "GPU-xyz=8Gi"}, {"'GPU-xyz' is not a GPU UUID", "example: --memory-gpu GPU-"}},
+      {{"--memory-gpu", uuid + "=12X"}, {"--memory-gpu '" + uuid + "=12X' is not valid", "example: --memory-gpu GPU-"}},
+      {{"--memory", "1Gi\x1b[2J"}, {"--memory '1Gi\\x1b[2J' is not valid"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"set", "inference", "--coordinator", dir_};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const Result r = slicectl(args);
+    EXPECT_EQ(r.rc, 2) << r;
+    for (const std::string& part : c.message) EXPECT_TRUE(contains(r.err, part)) << part << "\n" << r;
+    EXPECT_EQ(r.out, "") << r;
+  }
+  const std::vector<std::pair<std::vector<std::string>, std::string>> usage_cases = {
+      {{"set", "--memory", "1Gi"}, "which tenant?"},
+      {{"set", "inference"}, "nothing to set"},
+      {{"set", "inference", "--memory"}, "--memory needs a value"},
+      {{"set", "bad/name", "--memory", "1Gi"}, "tenant 'bad/name' is not a valid name"},
+      {{"set", "inference", "--bogus", "1"}, "unknown option '--bogus'"},
+  };
+  for (const auto& [args, message] : usage_cases) {
+    const Result r = slicectl(args);
+    EXPECT_EQ(r.rc, 2) << r;
+    EXPECT_TRUE(contains(r.err, message)) << message << "\n" << r;
+  }
+  // None of them wrote a policy (the folder itself may exist: root's processes create it at start).
+  struct stat st {};
+  EXPECT_NE(stat((dir_ + "/policy/inference").c_str(), &st), 0);
+  EXPECT_NE(stat((dir_ + "/policy/inference.tmp").c_str(), &st), 0);
+}
+
+TEST_F(SlicectlTest, SetNeedsRoot) {
+  auto server = holder({"--tenant", "inference", "--device", kDeviceA});
+  std::vector<std::string> args = {"set", "inference", "--memory", "1Gi", "--coordinator", dir_};
+  if (root()) {
+    // As nobody.
+    args.insert(args.begin(), {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SLICECTL});
+  } else {
+    args.insert(args.begin(), SLICECTL);
+  }
+  const Result r = run(args);
+  EXPECT_EQ(r.rc, 1) << r;
+  EXPECT_TRUE(contains(r.err, "only root may set limits")) << r;
+  struct stat st {};
+  EXPECT_NE(stat((dir_ + "/policy/inference").c_str(), &st), 0);
+}
+
+TEST_F(SlicectlTest, GcReapsDeadProcesses) {
+  const std::vector<std::string> a = {"--tenant", "a", "--device", kDeviceA, "--memory", "2Gi"};
+  auto first = holder([&] { auto v = a; v.insert(v.end(), {"--reserve", "0:" + std::to_string(kGiB)}); return v; }());
+  auto second = holder([&] { auto v = a; v.insert(v.end(), {"--reserve", "0:" + std::to_string(512 * kMiB)}); return v; }());
+  auto b = holder({"--tenant", "b", "--device", kDeviceA, "--reserve", "0:" + std::to_string(kMiB)});
+  first->kill9();
+
+  std::string t = table_status();
+  EXPECT_TRUE(contains(t, "tenant 'a': 1 dead process not yet reaped (slicectl gc a)")) << t;
+  std::string s = json_status();
+  // Usage shown is the live processes'; the tenant's total still holds the dead one's gigabyte.
+  EXPECT_TRUE(contains(s, std::string("tenant ") + kGpuA + " a normal " + std::to_string(2 * kGiB) + " " +
+                              std::to_string(512 * kMiB) + " 100 100 false 1"))
+      << s;
+  EXPECT_EQ(tenant_total("a", 0), kGiB + 512 * kMiB);
+
+  const Result gc = slicectl({"gc", "a", "--coordinator", dir_});
+  EXPECT_EQ(gc.rc, 0) << gc;
+  EXPECT_EQ(gc.out, "tenant 'a': 1 dead process reaped\n") << gc;
+  EXPECT_EQ(tenant_total("a", 0), 512 * kMiB);
+  t = table_status();
+  EXPECT_FALSE(contains(t, "dead")) << t;
+  EXPECT_EQ(second->ask("reserve 0 " + std::to_string(1536 * kMiB)), "ok");
+
+  // Every tenant.
+  b->kill9();
+  second->kill9();
+  const Result all = slicectl({"gc", "--coordinator", dir_});
+  EXPECT_EQ(all.rc, 0) << all;
+  EXPECT_EQ(all.out, "tenant 'a': 1 dead process reaped\ntenant 'b': 1 dead process reaped\n") << all;
+  EXPECT_EQ(tenant_total("a", 0), 0u);
+  EXPECT_EQ(tenant_total("b", 0), 0u);
+  const Result again = slicectl({"gc", "--coordinator", dir_});
+  EXPECT_EQ(again.out, "tenant 'a': 0 dead processes reaped\ntenant 'b': 0 dead processes reaped\n") << again;
+
+  const Result unknown = slicectl({"gc", "nosuch", "--coordinator", dir_});
+  EXPECT_EQ(unknown.rc, 1) << unknown;
+  EXPECT_TRUE(contains(unknown.err, "no tenant 'nosuch' at " + dir_)) << unknown;
+}
+
+TEST_F(SlicectlTest, UnreadableFilesAreWarningsNotFailures) {
+  auto good = holder({"--tenant", "good", "--device", kDeviceA, "--reserve", "0:" + std::to_string(kMiB)});
+  std::ofstream(dir_ + "/tenants/broken") << "not a tenant file";
+  std::ofstream(dir_ + "/tenants/empty");
+  // A policy anyone may write is ignored, and said so.
+  mkdir((dir_ + "/policy").c_str(), 0755);
+  std::ofstream(dir_ + "/policy/good") << "memory_limit = 1Ki\n";
+  chmod((dir_ + "/policy/good").c_str(), 0666);
+
+  const std::string t = table_status();
+  EXPECT_TRUE(contains(t, "warning: tenant 'broken' cannot be read")) << t;
+  EXPECT_TRUE(contains(t, "warning: tenant 'empty' cannot be read")) << t;
+  EXPECT_TRUE(contains(t, "warning: tenant 'good': " + dir_ + "/policy/good is ignored")) << t;
+  EXPECT_TRUE(contains(line_starting(t, "  good"), "1.0 MiB")) << t;
+  EXPECT_FALSE(contains(line_starting(t, "  good"), "*")) << t;
+  const std::string s = json_status();
+  EXPECT_TRUE(contains(s, "warning \"tenant 'broken' cannot be read")) << s;
+  EXPECT_TRUE(contains(s, std::string("tenant ") + kGpuA + " good normal null 1048576 100 100 false 0")) << s;
+}
+
+TEST_F(SlicectlTest, OddBytesInTenantTextStayValidJsonAndOneLine) {
+  const std::string device_name = "GPU \"x\" \\ \x01\x1b[31m \xff\xfe \xc3\xa9";  // ends in a valid é
+  auto odd = holder({"--tenant", "odd", "--device", "33:" + device_name + ":1073741824", "--comm", "q\"b\\\x01\xff",
+                     "--reserve", "0:4096"});
+  const std::string s = json_status();
+  EXPECT_TRUE(contains(s, "\"GPU \\\"x\\\" \\\\ \\u0001\\u001b[31m \\ufffd\\ufffd \\u00e9\" 1073741824 4096")) << s;
+  EXPECT_TRUE(contains(s, " \"q\\\"b\\\\\\u0001\\ufffd\" 4096")) << s;
+  const Result table = slicectl({"status", "--coordinator", dir_});
+  EXPECT_EQ(table.rc, 0) << table;
+  for (const char c : table.out) EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << int(c) << "\n" << table;
+  EXPECT_TRUE(contains(table.out, "\\x1b[31m")) << table;
+}
+
+}  // namespace
