@@ -89,13 +89,13 @@ void MemoryLedger::clear_slot() {
 int MemoryLedger::recount() {
   TenantFile& f = tenant_.file();
   const std::uint32_t me = static_cast<std::uint32_t>(slot_ + 1);
-  // Someone else is recounting: wait for it, then recount anyway. Giving up at once left a flag
-  // that a dead recounter had set to fail every reap (and the refusal that found it) although
-  // wait_for_recount had just cleared it; recounting again is cheap and idempotent.
+  // Someone else is recounting: wait for it (at most the documented second), then recount once
+  // more. Giving up at once left a flag that a dead recounter had set to fail every reap (and the
+  // refusal that found it) although wait_for_recount had just cleared it; a recount is idempotent.
   for (int attempt = 0;; ++attempt) {
     std::uint32_t expected = 0;
     if (f.header.recount_owner.compare_exchange_strong(expected, me)) break;
-    if (attempt == 2) return -1;
+    if (attempt == 1) return -1;  // others keep recounting: theirs are as good as ours
     wait_for_recount();
   }
   // Which slots are live: ours, and those a live process holds.

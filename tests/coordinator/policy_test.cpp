@@ -1,0 +1,187 @@
+// Administrator policy: it wins over what a tenant registered, it is trusted only when root-owned
+// and writable by nobody else, and a running process picks up a change (the generation counter).
+#include <functional>
+
+#include "test_support.h"
+
+namespace slice::test {
+namespace {
+
+constexpr std::uint64_t MiB = 1ull << 20, GiB = 1ull << 30;
+
+class PolicyTest : public CoordinatorTest {
+ protected:
+  void SetUp() override {
+    CoordinatorTest::SetUp();
+    std::string error;
+    ASSERT_TRUE(prepare_coordinator_dir(dir_, error)) << error;
+  }
+  void set_policy(const std::string& tenant, const std::string& text) {
+    Policy p;
+    std::string message;
+    ASSERT_TRUE(parse_policy(text, p, message)) << message;
+    std::string error;
+    ASSERT_TRUE(write_policy(dir_, tenant, p, error)) << error;
+  }
+};
+
+TEST(PolicyText, ParsesEveryKeyAndNamesTheBadLine) {
+  Policy p;
+  std::string message;
+  ASSERT_TRUE(parse_policy("# comment\nmemory_limit = 4Gi\n"
+                           "memory_limit.GPU-511ce07e-5700-0000-0000-000000000001 = 25%  # per GPU\n"
+                           "compute_share = 30\ncompute_limit=50\npriority = high\n",
+                           p, message))
+      << message;
+  EXPECT_EQ(p.memory, MemoryLimit::of_bytes(4 * GiB));
+  const Uuid gpu1 = fake_gpu_uuid(1), gpu2 = fake_gpu_uuid(2);
+  EXPECT_EQ(p.memory_for(gpu1.data()), MemoryLimit::of_device_billionths(MemoryLimit::kWholeDevice / 4));
+  EXPECT_EQ(p.memory_for(gpu2.data()), MemoryLimit::of_bytes(4 * GiB));
+  EXPECT_EQ(p.compute_share, 30u);
+  EXPECT_EQ(p.compute_limit, 50u);
+  // The text it writes reads back the same.
+  Policy again;
+  ASSERT_TRUE(parse_policy(p.to_text("t"), again, message)) << message;
+  EXPECT_EQ(again.memory, p.memory);
+  EXPECT_EQ(again.per_gpu, p.per_gpu);
+  EXPECT_EQ(again.compute_share, p.compute_share);
+  EXPECT_EQ(again.priority, p.priority);
+
+  EXPECT_FALSE(parse_policy("memory_limit = 4Gi\nmemory_limit = lots\n", p, message));
+  EXPECT_NE(message.find("line 2"), std::string::npos) << message;
+  EXPECT_FALSE(parse_policy("colour = blue\n", p, message));
+  EXPECT_NE(message.find("unknown key 'colour'"), std::string::npos) << message;
+  EXPECT_FALSE(parse_policy("memory_limit 4Gi\n", p, message));
+  EXPECT_FALSE(parse_policy("compute_share = 0\n", p, message));
+}
+
+TEST_F(PolicyTest, WinsOverTheRegisteredLimit) {
+  if (!is_root()) GTEST_SKIP() << "a trusted policy must be root-owned: needs root";
+  set_policy("t", "memory_limit = 512Mi\nmemory_limit.GPU-511ce07e-5700-0000-0000-000000000001 = 2Gi\n");
+  auto c = join("t", MemoryLimit::of_bytes(GiB), {0, 1});
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->cap(0), 512 * MiB);
+  EXPECT_EQ(c->cap(1), 2 * GiB) << "a per-GPU policy wins over the all-GPU one";
+  Refusal why;
+  EXPECT_FALSE(c->reserve(0, 600 * MiB, &why));
+  EXPECT_EQ(why.cap, 512 * MiB);
+  EXPECT_TRUE(c->reserve(1, 1536 * MiB)) << "past the registered 1 GiB: the policy allows it";
+  // The tools show the effective cap.
+  std::string error;
+  auto views = read_coordinator(dir_, error);
+  const TenantView* v = find_tenant(views, "t");
+  ASSERT_NE(v, nullptr) << error;
+  EXPECT_TRUE(v->policy);
+  ASSERT_EQ(v->gpus.size(), 2u);
+  EXPECT_EQ(v->gpus[0].cap_bytes, 512 * MiB);
+  EXPECT_EQ(v->gpus[1].cap_bytes, 2 * GiB);
+}
+
+TEST_F(PolicyTest, UntrustedPoliciesAreIgnored) {
+  if (!is_root()) GTEST_SKIP() << "needs root to make files of other owners";
+  set_policy("t", "memory_limit = 512Mi\n");
+  const std::string folder = dir_ + "/policy", file = folder + "/t";
+  Policy p;
+  std::string message;
+  ASSERT_EQ(read_policy(dir_, "t", p, message), PolicyStatus::ok) << message;
+
+  struct Case {
+    const char* what;
+    std::function<void()> spoil, mend;
+  };
+  const std::vector<Case> cases = {
+      {"file of another owner", [&] { ASSERT_EQ(chown(file.c_str(), 1000, 1000), 0); },
+       [&] { ASSERT_EQ(chown(file.c_str(), 0, 0), 0); }},
+      {"group-writable file", [&] { chmod(file.c_str(), 0664); }, [&] { chmod(file.c_str(), 0644); }},
+      {"world-writable file", [&] { chmod(file.c_str(), 0646); }, [&] { chmod(file.c_str(), 0644); }},
+      {"folder of another owner", [&] { ASSERT_EQ(chown(folder.c_str(), 1000, 1000), 0); },
+       [&] { ASSERT_EQ(chown(folder.c_str(), 0, 0), 0); }},
+      {"world-writable folder", [&] { chmod(folder.c_str(), 0777); }, [&] { chmod(folder.c_str(), 0755); }},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    c.spoil();
+    EXPECT_EQ(read_policy(dir_, "t", p, message), PolicyStatus::untrusted);
+    EXPECT_NE(message.find("is ignored"), std::string::npos) << message;
+    auto joined = join("t", MemoryLimit::of_bytes(GiB));
+    ASSERT_NE(joined, nullptr);
+    EXPECT_EQ(joined->cap(0), GiB) << "the registered limit, not the untrusted policy";
+    std::string error;
+    auto views = read_coordinator(dir_, error);
+    ASSERT_EQ(views.size(), 1u) << error;
+    EXPECT_FALSE(views[0].policy);
+    joined.reset();
+    c.mend();
+    EXPECT_EQ(read_policy(dir_, "t", p, message), PolicyStatus::ok) << message;
+  }
+  // A symbolic link in place of the policy is not followed.
+  ASSERT_EQ(rename(file.c_str(), (folder + "/real").c_str()), 0);
+  ASSERT_EQ(symlink("real", file.c_str()), 0);
+  EXPECT_NE(read_policy(dir_, "t", p, message), PolicyStatus::ok);
+}
+
+// A tenant that creates the policy folder before the administrator does must not make the
+// administrator's later policy silently untrusted: writing it is a clear error instead.
+TEST_F(PolicyTest, WritingIntoAFolderATenantPlantedIsAnError) {
+  if (!is_root()) GTEST_SKIP() << "needs root to plant a folder of another owner";
+  const std::string folder = dir_ + "/policy";
+  std::filesystem::remove_all(folder);  // as if the tenant had come first (root's join makes it)
+  ASSERT_EQ(mkdir(folder.c_str(), 0755), 0);
+  ASSERT_EQ(chown(folder.c_str(), 1000, 1000), 0);
+  Policy p;
+  p.memory = MemoryLimit::of_bytes(GiB);
+  std::string error;
+  EXPECT_FALSE(write_policy(dir_, "t", p, error));
+  EXPECT_NE(error.find(folder), std::string::npos) << error;
+  // A symbolic link planted in its place: the same.
+  ASSERT_EQ(rmdir(folder.c_str()), 0);
+  const std::string elsewhere = root_ + "/elsewhere";
+  ASSERT_EQ(mkdir(elsewhere.c_str(), 0755), 0);
+  ASSERT_EQ(symlink(elsewhere.c_str(), folder.c_str()), 0);
+  EXPECT_FALSE(write_policy(dir_, "t", p, error));
+  EXPECT_FALSE(std::filesystem::exists(elsewhere + "/t"));
+}
+
+TEST_F(PolicyTest, InvalidPolicyFallsBackToTheRegisteredLimit) {
+  if (!is_root()) GTEST_SKIP() << "a policy must be root-owned: needs root";
+  set_policy("t", "memory_limit = 512Mi\n");
+  write_file(dir_ + "/policy/t", "memory_limit = plenty\n");
+  Policy p;
+  std::string message;
+  EXPECT_EQ(read_policy(dir_, "t", p, message), PolicyStatus::invalid);
+  EXPECT_NE(message.find("line 1"), std::string::npos) << message;
+  auto c = join("t", MemoryLimit::of_bytes(GiB));
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->cap(0), GiB);
+}
+
+TEST_F(PolicyTest, ARunningProcessPicksUpAChange) {
+  if (!is_root()) GTEST_SKIP() << "a policy must be root-owned: needs root";
+  auto c = join("t", MemoryLimit::of_bytes(GiB));  // no policy for it yet
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->cap(0), GiB);
+  ASSERT_TRUE(c->reserve(0, 100 * MiB));
+
+  // The first policy. Were the folder missing when the process joined (a root join makes it), the
+  // process would look for it again once a second: either way it is seen within that second.
+  const auto t0 = std::chrono::steady_clock::now();
+  set_policy("t", "memory_limit = 256Mi\n");
+  while (c->cap(0) != 256 * MiB && seconds_since(t0) < 3) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  const double first = seconds_since(t0);
+  EXPECT_EQ(c->cap(0), 256 * MiB);
+  EXPECT_LT(first, 1.5);
+  std::printf("first policy seen after %.3f s\n", first);
+
+  // Later changes: at the very next call.
+  set_policy("t", "memory_limit = 128Mi\n");
+  EXPECT_EQ(c->cap(0), 128 * MiB);
+  Refusal why;
+  EXPECT_FALSE(c->reserve(0, 100 * MiB, &why));
+  EXPECT_EQ(why.cap, 128 * MiB);
+  set_policy("t", "compute_share = 50\n");  // no memory limit in the policy: the registered one
+  EXPECT_EQ(c->cap(0), GiB);
+  EXPECT_TRUE(c->reserve(0, 100 * MiB));
+}
+
+}  // namespace
+}  // namespace slice::test
