@@ -90,6 +90,7 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
   std::unique_ptr<Coordinator> c(new Coordinator());
   c->dir_ = r.dir;
   if (!prepare_coordinator_dir(r.dir, error)) return nullptr;
+  if (!managed_tenant_file_ok(r.dir, r.tenant, error)) return nullptr;
   c->tenant_ = TenantFileHandle::open(r.dir, r.tenant, TenantFileHandle::Mode::create, error);
   if (!c->tenant_) return nullptr;
   if (!c->tenant_->lock_init(2'000'000'000ull)) {

@@ -186,6 +186,40 @@ bool write_policy(const std::string& dir, const std::string& tenant, const Polic
   return true;
 }
 
+bool adopt_tenant_file(const std::string& dir, const std::string& tenant, std::optional<unsigned> group,
+                       std::string& error) {
+  if (!prepare_coordinator_dir(dir, error)) return false;
+  auto file = TenantFileHandle::open(dir, tenant, TenantFileHandle::Mode::create, error);
+  if (!file) return false;
+  unsigned uid = 0, gid = 0;
+  if (!file->owner(uid, gid)) {
+    error = "cannot look at tenant file '" + tenant + "': " + std::strerror(errno);
+    return false;
+  }
+  // Group read-write, everyone else read (the tools): never world-writable.
+  return file->set_owner(0, group.value_or(gid), 0664, error);
+}
+
+bool managed_tenant_file_ok(const std::string& dir, const std::string& tenant, std::string& error) {
+  if (geteuid() == 0) return true;
+  Policy policy;
+  std::string message;
+  if (read_policy(dir, tenant, policy, message) != PolicyStatus::ok) return true;  // not managed
+  const std::string path = dir + "/tenants/" + tenant;
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) {
+    error = "tenant '" + tenant + "' is managed by an administrator (" + policy_dir(dir) + "/" + tenant +
+            "), and its tenant file has not been made: run `slicectl set " + tenant + " --group GROUP` as root";
+    return false;
+  }
+  if (st.st_uid != 0) {
+    error = "tenant '" + tenant + "' is managed by an administrator, but " + path +
+            " does not belong to root: run `slicectl set " + tenant + " --group GROUP` as root";
+    return false;
+  }
+  return true;
+}
+
 PolicyWatcher::~PolicyWatcher() {
   if (counter_) munmap(const_cast<std::atomic<std::uint64_t>*>(counter_), sizeof(std::uint64_t));
 }

@@ -46,6 +46,19 @@ bool parse_policy(const std::string& text, Policy& out, std::string& message);
 // processes watch, so the change takes effect at their next allocation.
 bool write_policy(const std::string& dir, const std::string& tenant, const Policy& policy, std::string& error);
 
+// An administrator takes a tenant over (root, with its policy): its tenant file becomes root's,
+// writable by `group` (the tenant's processes must run in it), so that no tenant process can delete
+// or replace it. A tenant that could would start again from a fresh file with zero usage and pass
+// its cap. Creates (or rebuilds) the file when needed; without `group`, an existing file keeps
+// its group and a new one gets root's.
+bool adopt_tenant_file(const std::string& dir, const std::string& tenant, std::optional<unsigned> group,
+                       std::string& error);
+
+// Processes of a tenant that an administrator manages (it has a trusted policy) do not create or
+// rebuild its file themselves: the file must be root's, made by adopt_tenant_file. Returns false with
+// the reason when that is not so; true when the tenant is not managed or the caller is root.
+bool managed_tenant_file_ok(const std::string& dir, const std::string& tenant, std::string& error);
+
 // Run as root when the coordinator folder is prepared: makes the policy folder root-owned before a
 // tenant could make it (the coordinator folder is writable by all), with its generation counter,
 // so running processes find policies from their first allocation on.

@@ -149,6 +149,14 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open(const std::string& dir,
       if (locked) h->unlock_init();
       return nullptr;
     }
+    // An administrator's tenant file (root's) is rebuilt only by root: a tenant that wrecked it
+    // must not start again from zero usage, past the cap its administrator set.
+    if (st.st_uid == 0 && geteuid() != 0) {
+      error = path + " is not a valid tenant file and belongs to root: run `slicectl set " + name +
+              "` as root to rebuild it";
+      if (locked) h->unlock_init();
+      return nullptr;
+    }
     // Nobody uses it: rebuild. Reserve the pages now, so that a full file system is an error here
     // and never a SIGBUS later when a mapped page is first written.
     // posix_fallocate returns its error and leaves errno alone (which still held an earlier
@@ -182,6 +190,23 @@ TenantFileHandle::~TenantFileHandle() {
 bool TenantFileHandle::try_lock_slot(int slot) const { return ofd_lock(fd_, kSlotLockBase + slot, F_WRLCK); }
 void TenantFileHandle::unlock_slot(int slot) const { ofd_lock(fd_, kSlotLockBase + slot, F_UNLCK); }
 bool TenantFileHandle::slot_held_by_other(int slot) const { return locked_by_other(fd_, kSlotLockBase + slot, 1); }
+bool TenantFileHandle::set_owner(unsigned uid, unsigned gid, unsigned mode, std::string& error) const {
+  if (fchown(fd_, uid, gid) != 0 || fchmod(fd_, mode) != 0) {
+    error = "cannot give tenant file '" + name_ + "' to " + std::to_string(uid) + ":" + std::to_string(gid) + ": " +
+            std::strerror(errno);
+    return false;
+  }
+  return true;
+}
+
+bool TenantFileHandle::owner(unsigned& uid, unsigned& gid) const {
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) return false;
+  uid = st.st_uid;
+  gid = st.st_gid;
+  return true;
+}
+
 bool TenantFileHandle::any_live_slot() const { return locked_by_other(fd_, kSlotLockBase, kMaxProcesses); }
 
 bool TenantFileHandle::lock_init(std::uint64_t timeout_ns) const {

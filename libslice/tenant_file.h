@@ -42,6 +42,10 @@ class TenantFileHandle {
   void unlock_init() const;
   // True if any process slot of the file is held by a live process.
   bool any_live_slot() const;
+  // Gives the file to `uid`:`gid` with `mode` (an administrator adopting the tenant).
+  bool set_owner(unsigned uid, unsigned gid, unsigned mode, std::string& error) const;
+  // The file's owner and group as it is now.
+  bool owner(unsigned& uid, unsigned& gid) const;
 
  private:
   TenantFileHandle() = default;

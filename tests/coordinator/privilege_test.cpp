@@ -28,11 +28,28 @@ class Unprivileged : public CoordinatorTest {
   int shell_as(int uid, const std::string& script) { return run_command(as_user(uid, {"/bin/sh", "-c", script})); }
 };
 
+TEST_F(Unprivileged, AManagedTenantCannotJoinUntilRootMadeItsFile) {
+  Policy p;
+  p.memory = MemoryLimit::of_bytes(64 * MiB);
+  std::string error;
+  ASSERT_TRUE(write_policy(dir_, "t", p, error)) << error;
+  // Its processes may not create the file themselves: they could delete it again.
+  Process& early = spawn_as(kUserA, "t", {}, {"join"});
+  const auto line = early.read_line();
+  ASSERT_TRUE(line.has_value());
+  EXPECT_NE(line->find("managed by an administrator"), std::string::npos) << *line;
+  EXPECT_FALSE(std::filesystem::exists(tenant_path("t")));
+  ASSERT_TRUE(adopt_tenant_file(dir_, "t", kUserA, error)) << error;
+  Process& later = spawn_as(kUserA, "t", {}, {"reserve-once", "64Mi"});
+  EXPECT_EQ(later.read_line(), "ok");
+}
+
 TEST_F(Unprivileged, ATenantCannotRaiseItsPolicyCap) {
   Policy p;
   p.memory = MemoryLimit::of_bytes(64 * MiB);
   std::string error;
   ASSERT_TRUE(write_policy(dir_, "t", p, error)) << error;
+  ASSERT_TRUE(adopt_tenant_file(dir_, "t", kUserA, error)) << error;  // what slicectl set --group does
 
   // Its environment asks for 1 GiB: the reservations are still refused at the policy's cap.
   Process& big = spawn_as(kUserA, "t", {"--memory", "1Gi"}, {"reserve-once", "65Mi"});
@@ -41,7 +58,9 @@ TEST_F(Unprivileged, ATenantCannotRaiseItsPolicyCap) {
   EXPECT_EQ(fits.read_line(), "ok");
   struct stat st {};
   ASSERT_EQ(stat(tenant_path("t").c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, static_cast<uid_t>(kUserA)) << "the tenant file is the tenant's own";
+  EXPECT_EQ(st.st_uid, 0u) << "a managed tenant's file is root's";
+  EXPECT_EQ(st.st_gid, static_cast<gid_t>(kUserA)) << "and its processes' group's";
+  EXPECT_EQ(st.st_mode & 07777, 0664u);
 
   // It cannot write, replace, remove or add policy, for itself or for another tenant.
   const std::string folder = dir_ + "/policy";
@@ -97,22 +116,31 @@ TEST_F(Unprivileged, ATenantCannotTouchAnotherUsersTenant) {
   EXPECT_EQ(own.read_line(), "ok");
 }
 
-// KNOWN HOLE, disabled until the design closes it: the tenant owns its file, and the sticky
-// folder lets an owner delete its own file. Deleting it while a process holds the whole cap makes
-// the next process create a fresh file with a fresh (zero) usage: the tenant holds twice its cap,
-// and as many times more as it repeats the trick. Run with --gtest_also_run_disabled_tests.
-TEST_F(Unprivileged, DISABLED_DeletingItsOwnTenantFileDoesNotResetItsUsage) {
+// A tenant that could delete or wreck its own file would start again from zero usage, past its
+// cap: a managed tenant's file is root's (sticky folder: only root may remove it), and a wrecked
+// one is rebuilt only by root.
+TEST_F(Unprivileged, DeletingOrWreckingItsOwnTenantFileDoesNotResetItsUsage) {
   Policy p;
   p.memory = MemoryLimit::of_bytes(64 * MiB);
   std::string error;
   ASSERT_TRUE(write_policy(dir_, "t", p, error)) << error;
+  ASSERT_TRUE(adopt_tenant_file(dir_, "t", kUserA, error)) << error;
   Process& holder = spawn_as(kUserA, "t", {}, {"hold", "64Mi"});
   ASSERT_EQ(holder.read_line(), "ready");
+  EXPECT_NE(shell_as(kUserA, "rm -f " + tenant_path("t") + " && test ! -e " + tenant_path("t")), 0);
+  EXPECT_NE(shell_as(kUserA, "mv " + tenant_path("t") + " " + dir_ + "/tenants/gone"), 0);
   shell_as(kUserA, "rm -f " + tenant_path("t"));  // allowed or not, the cap must hold
   Process& second = spawn_as(kUserA, "t", {}, {"reserve-once", "64Mi"});
   const auto line = second.read_line();
   ASSERT_TRUE(line.has_value());
   EXPECT_EQ(line->rfind("refused", 0), 0u) << "a second 64 MiB under a 64 MiB cap: " << *line;
+
+  // Truncating it (it may write it) wrecks it: its holder dies of it, and nobody but root rebuilds it.
+  shell_as(kUserA, "truncate -s 0 " + tenant_path("t"));
+  Process& third = spawn_as(kUserA, "t", {}, {"reserve-once", "64Mi"});
+  const auto third_line = third.read_line();
+  ASSERT_TRUE(third_line.has_value());
+  EXPECT_EQ(third_line->rfind("ok", 0), std::string::npos) << "a wrecked file gave a fresh cap: " << *third_line;
 }
 
 }  // namespace

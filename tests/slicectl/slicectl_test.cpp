@@ -501,6 +501,17 @@ TEST_F(SlicectlTest, SetBeforeTheTenantStarts) {
   const Result r = slicectl({"set", "later", "--memory", "2Gi", "--coordinator", dir_});
   ASSERT_EQ(r.rc, 0) << r;
   EXPECT_TRUE(contains(r.out, "tenant 'later' has not started yet")) << r;
+  // Its file is made now, root's, so that its processes can never delete it and start from zero.
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/tenants/later").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_mode & 07777, 0664u);
+  const Result g = slicectl({"set", "later", "--group", "1234", "--coordinator", dir_});
+  ASSERT_EQ(g.rc, 0) << g;
+  ASSERT_EQ(stat((dir_ + "/tenants/later").c_str(), &st), 0);
+  EXPECT_EQ(st.st_gid, 1234u) << "--group names the group whose members run the tenant";
+  const Result bad = slicectl({"set", "later", "--group", "no-such-group-here", "--coordinator", dir_});
+  EXPECT_EQ(bad.rc, 2) << bad;
   auto later = holder({"--tenant", "later", "--device", kDeviceA, "--memory", "8Gi"});
   EXPECT_EQ(later->ask("cap 0"), std::to_string(2 * kGiB));
   EXPECT_EQ(later->ask("reserve 0 " + std::to_string(3 * kGiB)), "refused 0 " + std::to_string(2 * kGiB));

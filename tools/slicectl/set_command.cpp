@@ -1,5 +1,6 @@
 // slicectl set TENANT ...: an administrator's limits for a tenant, merged into its policy file
 // (policy.h) and read back to show what now holds.
+#include <grp.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -31,8 +32,11 @@ struct Changes {
   std::optional<unsigned> compute_share;
   std::optional<unsigned> compute_limit;
   std::optional<slice::Priority> priority;
+  std::optional<unsigned> group;  // the group whose members run the tenant's processes
 
-  bool empty() const { return !memory && per_gpu.empty() && !compute_share && !compute_limit && !priority; }
+  bool empty() const {
+    return !memory && per_gpu.empty() && !compute_share && !compute_limit && !priority && !group;
+  }
 };
 
 // "none", or a cap as parse_memory_limit reads it.
@@ -81,6 +85,15 @@ unsigned percent_value(std::string_view option, const std::string& value, std::s
   return *p.value;
 }
 
+// A group by name or number.
+unsigned group_value(const std::string& value) {
+  if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos && value.size() < 10)
+    return static_cast<unsigned>(std::stoul(value));
+  if (const group* g = getgrnam(value.c_str())) return g->gr_gid;
+  invalid_option("--group", value, "no such group", "gpu-users");
+  return 0;
+}
+
 Changes read_changes(ArgReader& args, CommonOptions& common) {
   Changes c;
   std::string value;
@@ -93,6 +106,8 @@ Changes read_changes(ArgReader& args, CommonOptions& common) {
       c.compute_share = percent_value("--compute", value, "30");
     } else if (args.option("--limit", value)) {
       c.compute_limit = percent_value("--limit", value, "50");
+    } else if (args.option("--group", value)) {
+      c.group = group_value(value);
     } else if (args.option("--priority", value)) {
       auto p = slice::parse_priority(value);
       if (!p) invalid_option("--priority", value, p.reason, "high");
@@ -110,7 +125,7 @@ Changes read_changes(ArgReader& args, CommonOptions& common) {
                        "tenant '" + slice::printable(c.tenant) + "' is not a valid name: " + name.reason +
                            "; example: slicectl set team-a --memory 4Gi",
                        false};
-  if (c.empty()) usage_error("nothing to set: give at least one of --memory, --memory-gpu, --compute, --limit, --priority");
+  if (c.empty()) usage_error("nothing to set: give at least one of --memory, --memory-gpu, --compute, --limit, --priority, --group");
   return c;
 }
 
@@ -140,7 +155,8 @@ void print_in_effect(const std::string& dir, const std::string& tenant) {
   std::string error;
   const auto tenants = slice::read_coordinator(dir, error);
   for (const slice::TenantView& t : tenants) {
-    if (t.name != tenant) continue;
+    // A tenant that never met a GPU (its file was just made for it here) has not started.
+    if (t.name != tenant || (t.readable && t.gpus.empty() && t.processes.empty())) continue;
     if (!t.readable) {
       std::printf("tenant '%s' cannot be read (%s): its processes take the policy at their next allocation\n",
                   tenant.c_str(), t.problem.c_str());
@@ -191,6 +207,9 @@ int run_set(std::vector<std::string> argv) {
 
   std::string error;
   if (!slice::write_policy(dir, changes.tenant, policy, error)) fail(error);
+  // A managed tenant's file is root's, so that its processes cannot delete it and start again from
+  // zero usage; they write it as members of its group.
+  if (!slice::adopt_tenant_file(dir, changes.tenant, changes.group, error)) fail(error);
   // Read it back as every process will: what holds is what they read.
   slice::Policy now;
   if (slice::read_policy(dir, changes.tenant, now, message) != slice::PolicyStatus::ok)
