@@ -82,7 +82,7 @@ std::vector<TenantView> read_coordinator(const std::string& dir, std::string& er
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) {
     std::string problem;
-    auto h = TenantFileHandle::open(dir, name, TenantFileHandle::Mode::read_only, problem);
+    auto h = TenantFileHandle::open(dir, name, TenantFileHandle::Mode::snapshot, problem);
     if (!h) {
       TenantView v;
       v.name = name;

@@ -109,7 +109,7 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open(const std::string& dir,
     return nullptr;
   }
   const std::string path = dir + "/tenants/" + name;
-  const bool write = mode != Mode::read_only;
+  const bool write = mode == Mode::read_write || mode == Mode::create;
   // O_NONBLOCK: a FIFO planted in place of a tenant file would block a reader's open forever; on
   // a regular file it changes nothing, and anything else is refused just below.
   int flags = (write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
@@ -170,6 +170,18 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open(const std::string& dir,
       return nullptr;
     }
   }
+  if (mode == Mode::snapshot) {
+    // Read once into our own memory; a file that shrank meanwhile is reported, never faulted on.
+    void* copy = ::operator new(sizeof(TenantFile), std::align_val_t{alignof(TenantFile)});
+    h->file_ = static_cast<TenantFile*>(copy);
+    h->copied_ = true;
+    if (pread(fd, copy, sizeof(TenantFile), 0) != static_cast<ssize_t>(sizeof(TenantFile)) ||
+        !header_valid(h->file_->header, name)) {
+      error = path + " changed while it was read";
+      return nullptr;
+    }
+    return h;
+  }
   void* p = mmap(nullptr, sizeof(TenantFile), write ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     error = "cannot map " + path + ": " + std::strerror(errno);
@@ -183,7 +195,8 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open(const std::string& dir,
 }
 
 TenantFileHandle::~TenantFileHandle() {
-  if (file_) munmap(file_, sizeof(TenantFile));
+  if (file_ && copied_) ::operator delete(file_, std::align_val_t{alignof(TenantFile)});
+  else if (file_) munmap(file_, sizeof(TenantFile));
   if (fd_ >= 0) close(fd_);
 }
 

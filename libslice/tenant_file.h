@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 #include <memory>
 #include <string>
 
@@ -18,7 +19,9 @@ bool valid_tenant_name(const std::string& name);
 
 class TenantFileHandle {
  public:
-  enum class Mode { read_only, read_write, create };
+  // snapshot: a private copy, for tools that read other users' tenants: a tenant that truncates its
+  // own file while it is read cannot crash them (a mapping would fault). read_only: a live mapping.
+  enum class Mode { snapshot, read_only, read_write, create };
   // Opens <dir>/tenants/<name>. With Mode::create, a missing file is created and a file that is not a
   // valid tenant file, but that no live process uses, is rebuilt. Never trusts what it reads.
   static std::unique_ptr<TenantFileHandle> open(const std::string& dir, const std::string& name, Mode mode,
@@ -50,6 +53,7 @@ class TenantFileHandle {
  private:
   TenantFileHandle() = default;
   TenantFile* file_ = nullptr;
+  bool copied_ = false;  // file_ is a heap copy (Mode::snapshot), not a mapping
   int fd_ = -1;
   bool writable_ = false;
   std::string name_;
