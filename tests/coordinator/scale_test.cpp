@@ -120,5 +120,37 @@ TEST_F(FullTable, ANewcomerTakesADeadSlotAndItsMemoryBack) {
   EXPECT_EQ(views[0].dead_processes, 0);
 }
 
+using ManyTenants = CoordinatorTest;
+
+TEST_F(ManyTenants, TwoHundredFiftySixTenantsOnOneGpuAreAllSeen) {
+  // kMaxTenants tenants on one GPU, each with a process holding some memory under its own cap: every
+  // one keeps its own budget, and the tools list them all with the right figures.
+  constexpr std::uint64_t MiB = 1ull << 20;
+  std::vector<std::unique_ptr<Coordinator>> members;
+  for (int t = 0; t < kMaxTenants; ++t) {
+    auto c = join("tenant-" + std::to_string(t), MemoryLimit::of_bytes((t % 7 + 1) * MiB));
+    ASSERT_NE(c, nullptr) << "tenant " << t;
+    ASSERT_TRUE(c->reserve(0, (t % 7 + 1) * MiB)) << "tenant " << t;
+    Refusal why;
+    EXPECT_FALSE(c->reserve(0, 1, &why)) << "tenant " << t << " passed its own cap";
+    members.push_back(std::move(c));
+  }
+  std::string error;
+  const auto views = read_coordinator(dir_, error);
+  ASSERT_EQ(views.size(), static_cast<std::size_t>(kMaxTenants)) << error;
+  std::uint64_t sum = 0;
+  for (const TenantView& v : views) {
+    ASSERT_TRUE(v.readable) << v.name << ": " << v.problem;
+    ASSERT_EQ(v.gpus.size(), 1u) << v.name;
+    const int t = std::stoi(v.name.substr(std::string("tenant-").size()));
+    EXPECT_EQ(v.gpus[0].used_bytes, (t % 7 + 1) * MiB) << v.name;
+    EXPECT_EQ(v.gpus[0].cap_bytes, (t % 7 + 1) * MiB) << v.name;
+    sum += v.gpus[0].used_bytes;
+  }
+  std::uint64_t expected = 0;
+  for (int t = 0; t < kMaxTenants; ++t) expected += (t % 7 + 1) * MiB;
+  EXPECT_EQ(sum, expected);
+}
+
 }  // namespace
 }  // namespace slice::test
