@@ -34,20 +34,21 @@ for f in inference batch; do
   for _ in $(seq 100); do grep -q ready "$work/$f.out" 2>/dev/null && break; sleep 0.05; done
 done
 sleep 1
-"$stat" --json > "$work/before.json"
+t0=$(date +%s.%N); "$stat" --json > "$work/before.json"
 sleep 3
-"$stat" --json > "$work/after.json"
+t1=$(date +%s.%N); "$stat" --json > "$work/after.json"
 echo
 "$stat"
-python3 - "$work/before.json" "$work/after.json" "${pids[0]}" "${pids[1]}" <<'PY'
+python3 - "$work/before.json" "$work/after.json" "${pids[0]}" "${pids[1]}" "$t0" "$t1" <<'PY'
 import json, sys
 before, after = (json.load(open(p))["devices"][0] for p in sys.argv[1:3])
 names = {int(sys.argv[3]): "inference server", int(sys.argv[4]): "batch job"}
+window = float(sys.argv[6]) - float(sys.argv[5])
 busy0 = {p["pid"]: p["busy_ns"] for p in before["processes"]}
-print("\nDevice time over 3 s, as the simulated GPU measured it:")
+print(f"\nDevice time over {window:.1f} s, as the simulated GPU measured it:")
 total = 0
 for p in after["processes"]:
-    share = (p["busy_ns"] - busy0.get(p["pid"], 0)) / 3e9
+    share = (p["busy_ns"] - busy0.get(p["pid"], 0)) / (window * 1e9)
     total += share
     print(f"  {names.get(p['pid'], p['pid']):<18} {share:6.1%}  memory {p['memory_bytes'] / 2**30:5.1f} GiB")
 print(f"  {'device busy':<18} {total:6.1%}")
