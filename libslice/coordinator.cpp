@@ -1,15 +1,24 @@
 #include "coordinator.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 
 namespace slice {
 
 namespace {
+
+// Every live Coordinator of this process, for the fork handler.
+std::mutex g_members_mu;
+std::vector<Coordinator*>& members() {
+  static std::vector<Coordinator*> v;
+  return v;
+}
 
 void read_comm(char* out, std::size_t cap) {
   std::memset(out, 0, cap);
@@ -68,6 +77,10 @@ bool Coordinator::claim_slot(std::string& error) {
       if ((f.slots[i].state.load() == SlotState::free) != (pass == 0) || !tenant_->try_lock_slot(i)) continue;
       ProcessSlot& s = f.slots[i];
       const bool stale = s.state.load() == SlotState::live;  // left by a process that died
+      // Its memory is still in the tenant's totals: the recount after registration returns it,
+      // and if that cannot finish, the flag makes the next refusal try again.
+      if (stale) f.header.needs_recount.store(1);
+      stale_slot_ = stale;
       slot_ = i;
       ledger_ = std::make_unique<MemoryLedger>(*tenant_, slot_);
       // Zeroed as a change under way: a plain "under way" mark without looking for a recount let
@@ -77,7 +90,6 @@ bool Coordinator::claim_slot(std::string& error) {
       s.started_ns.store(monotonic_ns());
       read_comm(s.comm, sizeof s.comm);
       s.state.store(SlotState::live);
-      if (stale) ledger_->recount();  // the dead process's memory is still in the tenant's totals
       return true;
     }
   }
@@ -146,16 +158,35 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
     }
   }
   c->tenant_->unlock_init();
+  {
+    static std::once_flag once;
+    std::call_once(once, [] { pthread_atfork(nullptr, nullptr, Coordinator::on_fork_child); });
+    std::lock_guard<std::mutex> lk(g_members_mu);
+    if (ok) members().push_back(c.get());
+  }
+  // Outside the registration lock: a recount may wait for other processes' changes.
+  if (ok && c->stale_slot_) c->ledger_->recount();
   if (!ok) return nullptr;
   c->policy_.open(r.dir);
   c->caps_.assign(r.devices.size(), kNoLimit);
+  for (const DeviceInfo& d : r.devices) c->device_totals_.push_back(d.total_bytes);
   c->refresh_policy();
   return c;
 }
 
+void Coordinator::on_fork_child() {
+  // Only the forking thread runs in the child: no lock needed, and none may be held.
+  for (Coordinator* c : members()) {
+    c->forked_ = true;
+    c->tenant_->forget_after_fork();
+  }
+  members().clear();
+}
+
 void Coordinator::refresh_policy() {
   const std::uint64_t generation = policy_.generation();
-  if (generation == policy_generation_) return;
+  if (policy_read_ && generation == policy_generation_) return;
+  policy_read_ = true;
   policy_generation_ = generation;
   const TenantFile& f = tenant_->file();
   Policy p;
@@ -164,30 +195,41 @@ void Coordinator::refresh_policy() {
   for (std::size_t i = 0; i < caps_.size(); ++i) {
     const DeviceEntry& e = f.devices[entries_[i]];
     std::uint64_t cap = f.header.registered.memory_bytes[entries_[i]];
-    if (have) {
-      // The administrator's word wins over anything a tenant registered.
-      if (const auto w = p.memory_for(e.uuid)) cap = w->bytes_on(e.total_bytes);
-    }
+    // The administrator's word wins over anything a tenant registered. A percentage is of the
+    // size the driver reports, never of the size in the tenant's own (writable) file.
+    if (have)
+      if (const auto w = p.memory_for(e.uuid)) cap = w->bytes_on(device_totals_[i]);
     caps_[i] = cap;
   }
 }
 
 std::uint64_t Coordinator::cap(int device) {
+  if (forked_) return 0;
   refresh_policy();
   return caps_[device];
 }
 
 bool Coordinator::reserve(int device, std::uint64_t bytes, Refusal* why) {
+  if (forked_) {  // a forked child is no member: its parent's slot is not its to charge
+    if (why) *why = Refusal{0, 0};
+    return false;
+  }
   refresh_policy();  // one load unless an administrator changed a policy
   return ledger_->reserve(entries_[device], bytes, caps_[device], why);
 }
 
-void Coordinator::release(int device, std::uint64_t bytes) { ledger_->release(entries_[device], bytes); }
+void Coordinator::release(int device, std::uint64_t bytes) {
+  if (!forked_) ledger_->release(entries_[device], bytes);
+}
 
-std::uint64_t Coordinator::usage(int device) const { return ledger_->usage(entries_[device]); }
+std::uint64_t Coordinator::usage(int device) const { return forked_ ? 0 : ledger_->usage(entries_[device]); }
 
 Coordinator::~Coordinator() {
-  if (slot_ < 0 || !tenant_) return;
+  {
+    std::lock_guard<std::mutex> lk(g_members_mu);
+    std::erase(members(), this);
+  }
+  if (forked_ || slot_ < 0 || !tenant_) return;
   // Give back what this process holds, then the slot itself.
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const std::uint64_t held = ledger_->mine(entries_[i]);

@@ -68,7 +68,13 @@ class Coordinator {
   int slot_ = -1;
   std::vector<int> entries_;      // JoinRequest device index -> tenant file device entry
   std::vector<std::uint64_t> caps_;  // effective cap per JoinRequest device
-  std::uint64_t policy_generation_ = ~0ull;
+  std::vector<std::uint64_t> device_totals_;  // as the driver reported them
+  bool stale_slot_ = false;          // our slot was a dead process's
+  // In a child made by fork: the parent's membership is not ours; every call does nothing.
+  bool forked_ = false;
+  static void on_fork_child();
+  std::uint64_t policy_generation_ = 0;
+  bool policy_read_ = false;  // a planted counter must never make the first read look done
 };
 
 }  // namespace slice

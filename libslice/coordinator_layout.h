@@ -65,7 +65,7 @@ struct DeviceEntry {
 
 struct SlotDevice {
   std::atomic<std::uint64_t> used;    // what this process holds on the device
-  std::atomic<std::uint64_t> flight;  // nonzero while it is changing `used` and the tenant's total
+  std::atomic<std::uint64_t> flight;  // changes under way (by any thread): `used` and the tenant's total
 };
 
 enum class SlotState : std::uint32_t { free = 0, live = 1 };
@@ -89,7 +89,8 @@ struct TenantHeader {
   Limits registered;
   // Slot+1 of the process recounting the tenant's usage from its live processes; 0 when none.
   std::atomic<std::uint32_t> recount_owner;
-  std::uint32_t reserved;
+  // 1 when a recount could not finish or a dead slot was taken over: the next refusal recounts.
+  std::atomic<std::uint32_t> needs_recount;
   std::atomic<std::uint64_t> recounts;  // how many recounts have completed (tests, status)
 };
 

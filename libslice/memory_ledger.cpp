@@ -9,35 +9,46 @@ constexpr std::uint64_t kRecountWaitNs = 1'000'000'000;  // longest a change wai
 constexpr std::uint64_t kFlightWaitNs = 200'000'000;     // longest a recount waits for one change
 }  // namespace
 
-bool MemoryLedger::begin_change(int device, std::uint64_t marker) {
+bool MemoryLedger::begin_change(int device) {
   // Announce the change before looking for a recount, and a recounter announces itself before
-  // looking at changes (both sequentially consistent): one of the two always sees the other.
+  // looking at changes (both sequentially consistent): one of the two always sees the other. A
+  // count, not a flag: several threads of this process may be changing at once.
   SlotDevice& mine = tenant_.file().slots[slot_].devices[device];
-  mine.flight.store(marker);
+  mine.flight.fetch_add(1);
   if (tenant_.file().header.recount_owner.load() == 0) return true;
-  mine.flight.store(0);
+  mine.flight.fetch_sub(1);
   return false;
 }
 
-void MemoryLedger::end_change(int device) { tenant_.file().slots[slot_].devices[device].flight.store(0); }
+void MemoryLedger::end_change(int device) { tenant_.file().slots[slot_].devices[device].flight.fetch_sub(1); }
 
-void MemoryLedger::wait_for_recount() {
+bool MemoryLedger::wait_for_recount(std::uint64_t deadline) {
   auto& owner = tenant_.file().header.recount_owner;
-  const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
   for (std::uint32_t o; (o = owner.load()) != 0;) {
-    // A recounter that died leaves the flag set: a recount is idempotent, so just clear it.
-    if (o > kMaxProcesses || !tenant_.slot_held_by_other(static_cast<int>(o - 1)) || monotonic_ns() > deadline) {
+    // A recounter that died leaves the flag set: a recount is idempotent, so just clear it. A live
+    // one (another thread of ours too) is never robbed of it: its totals would overwrite ours.
+    const bool alive = o <= kMaxProcesses &&
+                       (o - 1 == static_cast<std::uint32_t>(slot_) || tenant_.slot_held_by_other(static_cast<int>(o - 1)));
+    if (!alive) {
       owner.compare_exchange_strong(o, 0);
-      return;
+      continue;
     }
+    if (monotonic_ns() > deadline) return false;
     usleep(50);
   }
+  return true;
 }
 
 bool MemoryLedger::reserve(int device, std::uint64_t bytes, std::uint64_t cap, Refusal* why) {
   DeviceEntry& d = tenant_.file().devices[device];
+  const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
   for (int attempt = 0;; ++attempt) {
-    while (!begin_change(device, bytes | 1)) wait_for_recount();
+    while (!begin_change(device)) {
+      if (!wait_for_recount(deadline)) {  // a recounter stopped for over a second: refuse, safely
+        if (why) *why = Refusal{d.used.load(), cap};
+        return false;
+      }
+    }
     std::uint64_t used = d.used.load();
     bool fits;
     do {
@@ -50,7 +61,7 @@ bool MemoryLedger::reserve(int device, std::uint64_t bytes, std::uint64_t cap, R
     }
     end_change(device);
     // Before refusing, make sure the memory of processes that died is not still counted.
-    if (attempt == 0 && any_dead_slot()) {
+    if (attempt == 0 && (tenant_.file().header.needs_recount.load() != 0 || any_dead_slot())) {
       recount();  // ours, or one another process was already doing: either way, try once more
       continue;
     }
@@ -62,14 +73,22 @@ bool MemoryLedger::reserve(int device, std::uint64_t bytes, std::uint64_t cap, R
 void MemoryLedger::release(int device, std::uint64_t bytes) {
   DeviceEntry& d = tenant_.file().devices[device];
   SlotDevice& mine = tenant_.file().slots[slot_].devices[device];
-  while (!begin_change(device, bytes | 1)) wait_for_recount();
-  // Never give back more than this process holds: a double free must not free others' usage.
-  std::uint64_t held = mine.used.load();
-  const std::uint64_t give = bytes <= held ? bytes : held;
+  const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
+  // Past the deadline a release goes ahead anyway, announced: a recount still under way then
+  // waits for it, or finds the total changed and gives up. Giving back never passes a cap.
+  bool announced = false;
+  while (!(announced = begin_change(device)) && wait_for_recount(deadline)) {
+  }
+  if (!announced) mine.flight.fetch_add(1);
+  // Never give back more than this process holds, even with threads racing on a double free: a
+  // double free must not free others' usage.
+  std::uint64_t held = mine.used.load(), give;
+  do {
+    give = bytes <= held ? bytes : held;
+  } while (!mine.used.compare_exchange_weak(held, held - give));
   std::uint64_t used = d.used.load();
   while (!d.used.compare_exchange_weak(used, used >= give ? used - give : 0)) {
   }
-  mine.used.fetch_sub(give);
   end_change(device);
 }
 
@@ -81,7 +100,13 @@ bool MemoryLedger::any_dead_slot() const {
 }
 
 void MemoryLedger::clear_slot() {
-  while (!begin_change(0, 1)) wait_for_recount();
+  // Announced like any change, so a recount neither counts the stale values nor misses their
+  // clearing; past the deadline it goes ahead announced (a recount then waits for it).
+  const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
+  bool announced = false;
+  while (!(announced = begin_change(0)) && wait_for_recount(deadline)) {
+  }
+  if (!announced) tenant_.file().slots[slot_].devices[0].flight.fetch_add(1);
   for (SlotDevice& sd : tenant_.file().slots[slot_].devices) sd.used.store(0);
   end_change(0);
 }
@@ -92,27 +117,29 @@ int MemoryLedger::recount() {
   // Someone else is recounting: wait for it (at most the documented second), then recount once
   // more. Giving up at once left a flag that a dead recounter had set to fail every reap (and the
   // refusal that found it) although wait_for_recount had just cleared it; a recount is idempotent.
+  const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
   for (int attempt = 0;; ++attempt) {
     std::uint32_t expected = 0;
     if (f.header.recount_owner.compare_exchange_strong(expected, me)) break;
-    if (attempt == 1) return -1;  // others keep recounting: theirs are as good as ours
-    wait_for_recount();
+    if (attempt == 1 || !wait_for_recount(deadline)) return -1;  // others keep recounting: as good as ours
   }
   // Which slots are live: ours, and those a live process holds.
   static thread_local bool live[kMaxProcesses];
   for (int i = 0; i < kMaxProcesses; ++i)
     live[i] = f.slots[i].state.load() == SlotState::live && (i == slot_ || tenant_.slot_held_by_other(i));
-  // Let the changes already under way finish; new ones wait for us.
+  // Let the changes already under way finish (our own other threads' too); new ones wait for us.
+  auto give_up = [&] {
+    f.header.needs_recount.store(1);  // the next refusal tries again
+    std::uint32_t mine = me;
+    f.header.recount_owner.compare_exchange_strong(mine, 0);
+    return -1;
+  };
   for (int i = 0; i < kMaxProcesses; ++i) {
-    if (!live[i] || i == slot_) continue;
+    if (!live[i]) continue;
     for (SlotDevice& sd : f.slots[i].devices) {
-      const std::uint64_t deadline = monotonic_ns() + kFlightWaitNs;
+      const std::uint64_t flight_deadline = monotonic_ns() + kFlightWaitNs;
       while (sd.flight.load() != 0) {
-        if (monotonic_ns() > deadline) {  // a stopped process: try again later, change nothing
-          std::uint32_t mine = me;
-          f.header.recount_owner.compare_exchange_strong(mine, 0);
-          return -1;
-        }
+        if (monotonic_ns() > flight_deadline) return give_up();  // a stopped process: change nothing
         usleep(20);
       }
     }
@@ -126,11 +153,8 @@ int MemoryLedger::recount() {
     std::uint64_t sum = 0;
     for (int i = 0; i < kMaxProcesses; ++i)
       if (live[i]) sum += f.slots[i].devices[d].used.load();
-    if (f.header.recount_owner.load() != me || !f.devices[d].used.compare_exchange_strong(before[d], sum)) {
-      std::uint32_t mine = me;
-      f.header.recount_owner.compare_exchange_strong(mine, 0);
-      return -1;
-    }
+    if (f.header.recount_owner.load() != me || !f.devices[d].used.compare_exchange_strong(before[d], sum))
+      return give_up();
   }
   int freed = 0;
   for (int i = 0; i < kMaxProcesses; ++i) {
@@ -143,6 +167,7 @@ int MemoryLedger::recount() {
     tenant_.unlock_slot(i);
     ++freed;
   }
+  f.header.needs_recount.store(0);
   f.header.recounts.fetch_add(1);
   std::uint32_t mine = me;
   f.header.recount_owner.compare_exchange_strong(mine, 0);  // not another's, if it was taken from us

@@ -46,9 +46,10 @@ class MemoryLedger {
 
  private:
   // Marks this process's change as under way; false when a recount is in progress (then wait).
-  bool begin_change(int device, std::uint64_t marker);
+  bool begin_change(int device);
   void end_change(int device);
-  void wait_for_recount();
+  // Waits until no live process recounts (clearing the flag of a dead one). False at the deadline.
+  bool wait_for_recount(std::uint64_t deadline);
 
   TenantFileHandle& tenant_;
   int slot_;

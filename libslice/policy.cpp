@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "tenant_file.h"
@@ -24,6 +23,22 @@ std::string generation_path(const std::string& dir) { return policy_dir(dir) + "
 
 // Root-owned and writable by nobody else: the only place a tenant cannot write.
 bool trusted(const struct stat& st) { return st.st_uid == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0; }
+
+// The coordinator folder and its tenants/ folder: root's, and where others may write, sticky (so
+// nobody may rename or remove root's entries, the policy folder among them). A folder a user made
+// would let that user move the policy folder away, or point root's writes elsewhere with links.
+bool coordinator_trusted(const std::string& dir, std::string& message) {
+  for (const std::string& path : {dir, dir + "/tenants"}) {
+    struct stat st {};
+    if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+        ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)) {
+      message = path + " is not a folder that belongs to root (sticky where others may write): policies "
+                "there cannot be trusted; have root make the coordinator folder (mkdir -m 1777 " + dir + ")";
+      return false;
+    }
+  }
+  return true;
+}
 
 std::string trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r");
@@ -108,6 +123,11 @@ PolicyStatus read_policy(const std::string& dir, const std::string& tenant, Poli
   if (lstat(folder.c_str(), &dst) != 0) return PolicyStatus::none;
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return PolicyStatus::none;
+  if (!coordinator_trusted(dir, message)) {
+    close(fd);
+    message = path + " is ignored: " + message;
+    return PolicyStatus::untrusted;
+  }
   if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode) || !trusted(dst) || !trusted(fst)) {
     close(fd);
     message = path + " is ignored: a policy must belong to root and be writable by nobody else";
@@ -125,6 +145,7 @@ PolicyStatus read_policy(const std::string& dir, const std::string& tenant, Poli
 }
 
 bool prepare_policy_folder(const std::string& dir, std::string& error) {
+  if (!coordinator_trusted(dir, error)) return false;
   const std::string folder = policy_dir(dir);
   if (mkdir(folder.c_str(), 0755) != 0 && errno != EEXIST) {
     error = "cannot create " + folder + ": " + std::strerror(errno);
@@ -138,7 +159,7 @@ bool prepare_policy_folder(const std::string& dir, std::string& error) {
     error = folder + " must be a folder that belongs to root and that nobody else may write (remove it and retry)";
     return false;
   }
-  int fd = ::open(generation_path(dir).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  int fd = ::open(generation_path(dir).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0 || ftruncate(fd, sizeof(std::uint64_t)) != 0) {
     error = "cannot create " + generation_path(dir) + ": " + std::strerror(errno);
     if (fd >= 0) close(fd);
@@ -155,22 +176,23 @@ bool write_policy(const std::string& dir, const std::string& tenant, const Polic
   }
   if (!prepare_policy_folder(dir, error)) return false;
   const std::string folder = policy_dir(dir);
-  // Write the new text beside the old and rename it over, so a reader never sees half a policy.
-  const std::string path = folder + "/" + tenant, temp = path + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << policy.to_text(tenant);
-    if (!out.flush()) {
-      error = "cannot write " + temp + ": " + std::strerror(errno);
-      return false;
-    }
+  // Write the new text beside the old and rename it over, so a reader never sees half a policy. The
+  // temporary name starts with '.', which no tenant name may: it can be no tenant's policy.
+  const std::string path = folder + "/" + tenant, temp = folder + "/.tmp." + tenant;
+  unlink(temp.c_str());  // left by a write that died; only root writes in this folder
+  int tfd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const std::string text = policy.to_text(tenant);
+  if (tfd < 0 || write(tfd, text.data(), text.size()) != static_cast<ssize_t>(text.size()) || fchmod(tfd, 0644) != 0) {
+    error = "cannot write " + temp + ": " + std::strerror(errno);
+    if (tfd >= 0) close(tfd);
+    return false;
   }
-  chmod(temp.c_str(), 0644);
+  close(tfd);
   if (rename(temp.c_str(), path.c_str()) != 0) {
     error = "cannot replace " + path + ": " + std::strerror(errno);
     return false;
   }
-  int fd = ::open(generation_path(dir).c_str(), O_RDWR | O_CLOEXEC);
+  int fd = ::open(generation_path(dir).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     error = "cannot update " + generation_path(dir) + ": " + std::strerror(errno);
     return false;
@@ -196,8 +218,10 @@ bool adopt_tenant_file(const std::string& dir, const std::string& tenant, std::o
     error = "cannot look at tenant file '" + tenant + "': " + std::strerror(errno);
     return false;
   }
-  // Group read-write, everyone else read (the tools): never world-writable.
-  return file->set_owner(0, group.value_or(gid), 0664, error);
+  // With a group: group read-write, everyone else read (the tools). Without one, only root may
+  // write: an existing file's group may be a shared one (users), whose every member would then
+  // write this tenant's usage.
+  return file->set_owner(0, group.value_or(gid), group ? 0664 : 0644, error);
 }
 
 bool managed_tenant_file_ok(const std::string& dir, const std::string& tenant, std::string& error) {
@@ -231,11 +255,18 @@ std::uint64_t PolicyWatcher::generation() {
   const std::uint64_t now = monotonic_ns();
   if (now < next_look_ns_) return 0;
   next_look_ns_ = now + kLookAgainNs;
-  int fd = ::open(generation_path(dir_).c_str(), O_RDONLY | O_CLOEXEC);
+  // Mapped only when root's and nobody else's to write, in a trusted folder: a counter a tenant
+  // planted could be truncated under every process's mapping (SIGBUS), or lie.
+  std::string untrusted;
+  struct stat folder {};
+  if (lstat(policy_dir(dir_).c_str(), &folder) != 0 || !S_ISDIR(folder.st_mode) || !trusted(folder) ||
+      !coordinator_trusted(dir_, untrusted))
+    return 0;
+  int fd = ::open(generation_path(dir_).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return 0;
   struct stat st {};
   void* p = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && st.st_size >= static_cast<off_t>(sizeof(std::uint64_t)))
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && trusted(st) && st.st_size >= static_cast<off_t>(sizeof(std::uint64_t)))
     p = mmap(nullptr, sizeof(std::uint64_t), PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return 0;

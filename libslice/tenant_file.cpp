@@ -35,19 +35,23 @@ bool locked_by_other(int fd, std::int64_t start, std::int64_t len) {
 }
 
 bool make_dir(const std::string& path, mode_t mode, std::string& error) {
-  if (mkdir(path.c_str(), mode) == 0) {
-    chmod(path.c_str(), mode);  // mkdir applies the umask; the sticky, shared mode is the point
-    return true;
-  }
-  if (errno != EEXIST) {
+  const bool created = mkdir(path.c_str(), mode) == 0;
+  if (!created && errno != EEXIST) {
     error = "cannot create " + path + ": " + std::strerror(errno);
     return false;
   }
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    error = path + " exists and is not a directory";
+  // Opened without following links, then changed through the handle: a link swapped in by
+  // someone else must never turn root's chmod (or anything after it) elsewhere.
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    error = path + " exists and is not a directory (" + std::strerror(errno) + ")";
     return false;
   }
+  struct stat st {};
+  // mkdir applies the umask; the sticky, shared mode is the point. Only the folder's owner may
+  // change it, and only a folder we just made needs it.
+  if (created && fstat(fd, &st) == 0 && st.st_uid == geteuid() && (st.st_mode & 07777) != mode) fchmod(fd, mode);
+  close(fd);
   return true;
 }
 
@@ -138,6 +142,13 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open(const std::string& dir,
     if (locked) h->unlock_init();
     return nullptr;
   }
+  // A tenant file never has another name: a hard link planted here (to /etc/shadow, say) must not
+  // be rebuilt, mapped for writing, or given away by root.
+  if (write && st.st_nlink != 1) {
+    error = path + " has other hard links: it is not a tenant file";
+    if (locked) h->unlock_init();
+    return nullptr;
+  }
   // From here the file is checked before it is mapped: a short or foreign file is never read.
   TenantHeader header {};
   bool valid = st.st_size == static_cast<off_t>(sizeof(TenantFile)) &&
@@ -203,6 +214,15 @@ TenantFileHandle::~TenantFileHandle() {
 bool TenantFileHandle::try_lock_slot(int slot) const { return ofd_lock(fd_, kSlotLockBase + slot, F_WRLCK); }
 void TenantFileHandle::unlock_slot(int slot) const { ofd_lock(fd_, kSlotLockBase + slot, F_UNLCK); }
 bool TenantFileHandle::slot_held_by_other(int slot) const { return locked_by_other(fd_, kSlotLockBase + slot, 1); }
+void TenantFileHandle::forget_after_fork() {
+  // The mapping holds the open file description as much as the descriptor does, and with it this
+  // slot's lock: both must go, or the parent's death would stay unseen while the child lives.
+  if (file_ && !copied_) munmap(file_, sizeof(TenantFile));
+  if (fd_ >= 0) close(fd_);
+  file_ = nullptr;
+  fd_ = -1;
+}
+
 bool TenantFileHandle::set_owner(unsigned uid, unsigned gid, unsigned mode, std::string& error) const {
   if (fchown(fd_, uid, gid) != 0 || fchmod(fd_, mode) != 0) {
     error = "cannot give tenant file '" + name_ + "' to " + std::to_string(uid) + ":" + std::to_string(gid) + ": " +

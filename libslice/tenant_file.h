@@ -49,6 +49,8 @@ class TenantFileHandle {
   bool set_owner(unsigned uid, unsigned gid, unsigned mode, std::string& error) const;
   // The file's owner and group as it is now.
   bool owner(unsigned& uid, unsigned& gid) const;
+  // In a child made by fork: lets go of the parent's file (and so of its slot's lock).
+  void forget_after_fork();
 
  private:
   TenantFileHandle() = default;

@@ -357,6 +357,10 @@ void Machine::release_own_slot() {
 void Machine::forget_after_fork() {
   // The child shares the parent's open file description, and with it the parent's slot lock: drop
   // the child's reference so the parent's death is still seen. The child attaches anew if it uses us.
+  // The mapping holds the description too (and with it the lock): unmap as well. Nothing of the
+  // parent's driver state is used in the child, which attaches anew.
+  if (state_) munmap(state_, sizeof(MachineState));
+  state_ = nullptr;
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
   slot_ = -1;

@@ -1,5 +1,7 @@
 // slicectl gc [TENANT]: reaps dead processes now (libslice also does it by itself when a tenant
 // next needs the memory), and says how many per tenant.
+#include <setjmp.h>
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -11,6 +13,31 @@
 #include "printable.h"
 
 namespace slicectl {
+
+namespace {
+// Reaping writes a tenant's file through a shared mapping. The tenant may write that file too, and
+// if it truncates it meanwhile, touching the mapping raises SIGBUS: report that tenant and go on
+// with the others instead of dying. (The recount flag or slot left mid-way is ours: the kernel
+// drops our locks when slicectl exits, and others then see us dead.)
+sigjmp_buf g_fault;
+void on_sigbus(int) { siglongjmp(g_fault, 1); }
+
+int reap_guarded(const std::string& dir, const std::string& tenant, std::string& error) {
+  struct sigaction sa {}, old {};
+  sa.sa_handler = on_sigbus;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, &old);
+  int reaped;
+  if (sigsetjmp(g_fault, 1) == 0) {
+    reaped = slice::reap_tenant(dir, tenant, error);
+  } else {
+    error = "its file changed size while it was being reaped (truncated by its tenant?): skipped";
+    reaped = -1;
+  }
+  sigaction(SIGBUS, &old, nullptr);
+  return reaped;
+}
+}  // namespace
 
 int run_gc(std::vector<std::string> argv) {
   ArgReader args(std::move(argv));
@@ -47,7 +74,7 @@ int run_gc(std::vector<std::string> argv) {
   int rc = kExitOk;
   for (const std::string& t : tenants) {
     std::string error;
-    const int reaped = slice::reap_tenant(dir, t, error);
+    const int reaped = reap_guarded(dir, t, error);
     if (reaped < 0) {
       std::fflush(stdout);
       std::fprintf(stderr, "slicectl gc: tenant '%s': %s\n", t.c_str(), error.c_str());
