@@ -56,7 +56,7 @@ const char* const kSetUsage =
     "                         (GPU-5a1c0e2f-...=8Gi); wins over --memory there; UUID=none removes it;\n"
     "                         may be given several times\n"
     "  --group GROUP          the group (name or number) whose members run the tenant's processes;\n"
-    "                         default: the group of its existing file, else root's\n"
+    "                         without it, only root may write the tenant's file\n"
                          "  --compute P            compute share: percent of GPU time guaranteed under contention (1-100)\n"
     "  --limit P              compute limit: hard ceiling, percent of GPU time (1-100)\n"
     "  --priority high|normal|low\n"
