@@ -175,7 +175,9 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
 }
 
 void Coordinator::on_fork_child() {
-  // Only the forking thread runs in the child: no lock needed, and none may be held.
+  // Only the forking thread runs in the child: no lock needed. Another thread may have held the
+  // lock at the fork, and it would never be released here: start the child with a fresh one.
+  new (&g_members_mu) std::mutex();
   for (Coordinator* c : members()) {
     c->forked_ = true;
     c->tenant_->forget_after_fork();

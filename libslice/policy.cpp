@@ -210,7 +210,7 @@ bool write_policy(const std::string& dir, const std::string& tenant, const Polic
 
 bool adopt_tenant_file(const std::string& dir, const std::string& tenant, std::optional<unsigned> group,
                        std::string& error) {
-  if (!prepare_coordinator_dir(dir, error)) return false;
+  if (!prepare_coordinator_dir(dir, error) || !coordinator_trusted(dir, error)) return false;
   auto file = TenantFileHandle::open(dir, tenant, TenantFileHandle::Mode::create, error);
   if (!file) return false;
   unsigned uid = 0, gid = 0;

@@ -118,7 +118,17 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open(const std::string& dir,
   // a regular file it changes nothing, and anything else is refused just below.
   int flags = (write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
   if (mode == Mode::create) flags |= O_CREAT;
-  int fd = ::open(path.c_str(), flags, 0644);
+  // One name at a time, none followed if it is a link: a tenants/ folder swapped for a link between
+  // a check and this open must never send root's writes into another folder.
+  int fd = -1;
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int tenants_fd =
+      dir_fd < 0 ? -1 : ::openat(dir_fd, "tenants", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (tenants_fd >= 0) fd = ::openat(tenants_fd, name.c_str(), flags, 0644);
+  const int open_errno = errno;
+  if (tenants_fd >= 0) close(tenants_fd);
+  if (dir_fd >= 0) close(dir_fd);
+  errno = open_errno;
   if (fd < 0) {
     if (errno == EACCES && write)
       error = "tenant '" + name + "' belongs to another user (" + path + " is not writable)";
