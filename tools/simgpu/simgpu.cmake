@@ -27,7 +27,12 @@ set_target_properties(simgpu_cuda PROPERTIES
   OUTPUT_NAME cuda SOVERSION 1
   LIBRARY_OUTPUT_DIRECTORY ${SIMGPU_LIB_DIR})
 # Export only the driver API: our C++ internals stay out of the dynamic symbol table.
-target_link_options(simgpu_cuda PRIVATE -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/libcuda.map -Wl,--no-undefined)
+# -Bsymbolic-functions: like the real driver, the simulator's own calls and its cuGetProcAddress
+# answers use its own functions even when a preloaded library (libslice) exports the same names;
+# without it cuGetProcAddress would hand out the preloaded wrappers and hide a shim that forgets
+# to substitute them.
+target_link_options(simgpu_cuda PRIVATE -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/libcuda.map -Wl,--no-undefined
+                    -Wl,-Bsymbolic-functions)
 set_property(TARGET simgpu_cuda APPEND PROPERTY LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/libcuda.map)
 
 add_library(simgpu_nvml SHARED nvml.cpp)
@@ -36,7 +41,8 @@ set_target_properties(simgpu_nvml PROPERTIES
   OUTPUT_NAME nvidia-ml SOVERSION 1
   CXX_VISIBILITY_PRESET hidden
   LIBRARY_OUTPUT_DIRECTORY ${SIMGPU_LIB_DIR})
-target_link_options(simgpu_nvml PRIVATE -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/libnvml.map -Wl,--no-undefined)
+target_link_options(simgpu_nvml PRIVATE -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/libnvml.map -Wl,--no-undefined
+                    -Wl,-Bsymbolic-functions)  # as above
 set_property(TARGET simgpu_nvml APPEND PROPERTY LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/libnvml.map)
 
 add_executable(simgpu-stat simgpu_stat.cpp)

@@ -1,0 +1,46 @@
+// Internal to libslice.so: the hooks of hooked_functions.inc by number, the real driver and NVML
+// reached through libslice's own dlopen handles, and the switches every hook reads.
+// Nothing here runs at load time: each piece starts on its first use, from any thread.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace slice::shim {
+
+enum class HookLibrary { cuda, nvml };
+
+// One enumerator per entry of hooked_functions.inc, in list order.
+enum class Hook : unsigned {
+#define SLICE_HOOK_CU(name, ret, params, args) name,
+#define SLICE_HOOK_NVML(name, ret, params, args) name,
+#include "hooked_functions.inc"
+#undef SLICE_HOOK_CU
+#undef SLICE_HOOK_NVML
+  count_
+};
+inline constexpr std::size_t kHookCount = static_cast<std::size_t>(Hook::count_);
+
+struct HookInfo {
+  const char* name;     // the exact export
+  HookLibrary library;
+  void* wrapper;        // libslice's exported wrapper of that export
+};
+
+// Which hook (if any) answers an export name. Cheap: first bytes checked before anything else.
+const HookInfo* find_hook(std::string_view export_name) noexcept;
+const HookInfo& hook_info(Hook hook) noexcept;
+
+// The real function behind a hook, from libslice's own handle of libcuda.so.1 / libnvidia-ml.so.1
+// (opened RTLD_NOW | RTLD_LOCAL on the first call, never through RTLD_NEXT). nullptr when that
+// library is not installed or lacks the export.
+void* real_function(Hook hook) noexcept;
+
+// glibc's dlsym, never our hook: dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"), then "GLIBC_2.2.5".
+using DlsymFn = void* (*)(void*, const char*);
+DlsymFn real_dlsym() noexcept;
+
+// SLICE_DISABLE=1: every lookup and call goes straight to the driver. Read once, on first use.
+bool disabled() noexcept;
+
+}  // namespace slice::shim
