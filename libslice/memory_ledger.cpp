@@ -20,6 +20,18 @@ bool MemoryLedger::begin_change(int device) {
   return false;
 }
 
+void MemoryLedger::begin_change_by_deadline(int device) {
+  // Waits for a recount at most the deadline, then goes ahead announced anyway: a recount still
+  // under way then waits for this change, or finds the total changed and gives up.
+  const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
+  while (!begin_change(device)) {
+    if (!wait_for_recount(deadline)) {
+      tenant_.file().slots[slot_].devices[device].flight.fetch_add(1);
+      return;
+    }
+  }
+}
+
 void MemoryLedger::end_change(int device) { tenant_.file().slots[slot_].devices[device].flight.fetch_sub(1); }
 
 bool MemoryLedger::wait_for_recount(std::uint64_t deadline) {
@@ -73,13 +85,8 @@ bool MemoryLedger::reserve(int device, std::uint64_t bytes, std::uint64_t cap, R
 void MemoryLedger::release(int device, std::uint64_t bytes) {
   DeviceEntry& d = tenant_.file().devices[device];
   SlotDevice& mine = tenant_.file().slots[slot_].devices[device];
-  const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
-  // Past the deadline a release goes ahead anyway, announced: a recount still under way then
-  // waits for it, or finds the total changed and gives up. Giving back never passes a cap.
-  bool announced = false;
-  while (!(announced = begin_change(device)) && wait_for_recount(deadline)) {
-  }
-  if (!announced) mine.flight.fetch_add(1);
+  // Giving back never passes a cap: past the deadline it goes ahead.
+  begin_change_by_deadline(device);
   // Never give back more than this process holds, even with threads racing on a double free: a
   // double free must not free others' usage.
   std::uint64_t held = mine.used.load(), give;
@@ -101,12 +108,8 @@ bool MemoryLedger::any_dead_slot() const {
 
 void MemoryLedger::clear_slot() {
   // Announced like any change, so a recount neither counts the stale values nor misses their
-  // clearing; past the deadline it goes ahead announced (a recount then waits for it).
-  const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
-  bool announced = false;
-  while (!(announced = begin_change(0)) && wait_for_recount(deadline)) {
-  }
-  if (!announced) tenant_.file().slots[slot_].devices[0].flight.fetch_add(1);
+  // clearing.
+  begin_change_by_deadline(0);
   for (SlotDevice& sd : tenant_.file().slots[slot_].devices) sd.used.store(0);
   end_change(0);
 }

@@ -47,6 +47,9 @@ class MemoryLedger {
  private:
   // Marks this process's change as under way; false when a recount is in progress (then wait).
   bool begin_change(int device);
+  // For changes that may never be refused (releases, clearing a slot): like begin_change, but past
+  // the recount deadline it goes ahead.
+  void begin_change_by_deadline(int device);
   void end_change(int device);
   // Waits until no live process recounts (clearing the flag of a dead one). False at the deadline.
   bool wait_for_recount(std::uint64_t deadline);

@@ -119,10 +119,6 @@ struct Module {
   bool from_library = false;
 };
 
-struct Library {
-  std::unique_ptr<Module> module;  // kernels (CUkernel is a Function*) and globals, context-independent
-};
-
 struct DeviceExecutor;
 
 // The kind of object behind each live handle: a handle of one kind passed where another is expected
