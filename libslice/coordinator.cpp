@@ -224,6 +224,65 @@ void Coordinator::release(int device, std::uint64_t bytes) {
   if (!forked_) ledger_->release(entries_[device], bytes);
 }
 
+void Coordinator::charge_unchecked(int device, std::uint64_t bytes) {
+  if (!forked_) ledger_->reserve(entries_[device], bytes, kNoLimit);
+}
+
+std::uint64_t Coordinator::usage_without_dead(int device) {
+  if (forked_) return 0;
+  if (ledger_->any_dead_slot()) ledger_->recount();
+  return ledger_->usage(entries_[device]);
+}
+
+namespace {
+constexpr int kIpcProbe = 16;  // entries tried from a digest's home
+std::uint64_t ipc_entry(std::uint64_t digest, int slot) {
+  return (digest << 11) | static_cast<std::uint64_t>(slot + 1);
+}
+}  // namespace
+
+void Coordinator::note_ipc_export(std::uint64_t digest) {
+  if (forked_) return;
+  auto& table = tenant_->file().ipc_exports;
+  const std::uint64_t mine = ipc_entry(digest, slot_);
+  const std::size_t home = static_cast<std::size_t>(digest % kIpcExports);
+  for (int i = 0; i < kIpcProbe; ++i) {
+    auto& e = table[(home + i) % kIpcExports];
+    std::uint64_t seen = e.load();
+    if (seen == mine) return;
+    const int owner = static_cast<int>(seen & 0x7FF) - 1;
+    // Take an empty entry, one of a process that is gone, or one this process left before.
+    const bool free = seen == 0 || owner == slot_ || owner >= kMaxProcesses || !tenant_->slot_held_by_other(owner);
+    if (free && e.compare_exchange_strong(seen, mine)) return;
+  }
+  // Full around its home: the oldest guess is overwritten (an open then charges once more: safe).
+  table[home].store(mine);
+}
+
+bool Coordinator::ipc_exported_by_tenant(std::uint64_t digest) const {
+  if (forked_) return false;
+  const auto& table = tenant_->file().ipc_exports;
+  const std::size_t home = static_cast<std::size_t>(digest % kIpcExports);
+  const std::uint64_t wanted = digest & (~0ull >> 11);
+  for (int i = 0; i < kIpcProbe; ++i) {
+    const std::uint64_t e = table[(home + i) % kIpcExports].load();
+    if (e == 0 || (e >> 11) != wanted) continue;
+    const int owner = static_cast<int>(e & 0x7FF) - 1;
+    if (owner >= 0 && owner < kMaxProcesses && (owner == slot_ || tenant_->slot_held_by_other(owner))) return true;
+  }
+  return false;
+}
+
+std::vector<std::int32_t> Coordinator::live_pids() const {
+  std::vector<std::int32_t> pids;
+  if (forked_) return pids;
+  for (const ProcessSlot& slot : tenant_->file().slots)
+    if (slot.state.load() == SlotState::live) pids.push_back(slot.pid.load());
+  return pids;
+}
+
+std::uint64_t Coordinator::mine(int device) const { return forked_ ? 0 : ledger_->mine(entries_[device]); }
+
 std::uint64_t Coordinator::usage(int device) const { return forked_ ? 0 : ledger_->usage(entries_[device]); }
 
 Coordinator::~Coordinator() {

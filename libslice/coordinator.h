@@ -47,8 +47,22 @@ class Coordinator {
   // `device` is the index into the JoinRequest's devices.
   bool reserve(int device, std::uint64_t bytes, Refusal* why = nullptr);
   void release(int device, std::uint64_t bytes);
+  // Counts memory the driver already gave out, cap or no cap (a pool that grew by a whole chunk
+  // more than asked): usage that leaves it out would lie, and later requests are refused instead.
+  void charge_unchecked(int device, std::uint64_t bytes);
   std::uint64_t cap(int device);         // kNoLimit when none
   std::uint64_t usage(int device) const;  // the tenant's, on that device
+  std::uint64_t mine(int device) const;   // this process's part of it
+  // The same after giving back what dead processes still hold (for reports, not the hot path).
+  std::uint64_t usage_without_dead(int device);
+
+  // CUDA IPC: remembers that this process exported the handle with this digest; tells whether a
+  // live process of the tenant did (then opening it is not new memory for the tenant).
+  void note_ipc_export(std::uint64_t digest);
+  bool ipc_exported_by_tenant(std::uint64_t digest) const;
+
+  // PIDs of the tenant's processes whose slots are live (as each process sees itself).
+  std::vector<std::int32_t> live_pids() const;
 
   const std::string& tenant() const { return tenant_->name(); }
   int slot() const { return slot_; }

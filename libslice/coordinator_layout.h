@@ -21,12 +21,13 @@
 namespace slice {
 
 constexpr std::uint32_t kTenantMagic = 0x544c4353;  // "SCLT"
-constexpr std::uint32_t kTenantVersion = 1;
+constexpr std::uint32_t kTenantVersion = 2;  // 2: IPC exports
 constexpr int kMaxDevices = 16;           // distinct GPUs (by UUID) a tenant can use
 constexpr int kMaxProcesses = 1024;       // process slots per tenant
 constexpr int kMaxTenants = 256;          // tenants listed per device by the tools (more may exist)
 constexpr int kTenantNameMax = static_cast<int>(kMaxTenantNameLength);  // also a file name
 constexpr int kDeviceNameMax = 95;
+constexpr int kIpcExports = 256;         // remembered CUDA IPC exports per tenant (see IpcExport)
 constexpr std::uint64_t kNoLimit = ~0ull;
 
 // Byte offsets of the advisory locks: far past the end of the file, which fcntl locks allow.
@@ -94,10 +95,15 @@ struct TenantHeader {
   std::atomic<std::uint64_t> recounts;  // how many recounts have completed (tests, status)
 };
 
+// CUDA IPC memory a process of the tenant exported (cuIpcGetMemHandle): a 53-bit digest of the
+// handle and the exporter's slot + 1 (11 bits), 0 when empty. A process that opens a handle charges
+// it only when it is not in its own tenant's table with a live exporter: the memory is already
+// charged to the tenant once.
 struct TenantFile {
   TenantHeader header;
   DeviceEntry devices[kMaxDevices];
   ProcessSlot slots[kMaxProcesses];
+  std::atomic<std::uint64_t> ipc_exports[kIpcExports];
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared counters must be lock-free");

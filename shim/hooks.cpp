@@ -1,48 +1,45 @@
-// The exported wrappers of hooked_functions.inc. For now each one passes its call to the real
-// function unchanged. Where the library is not installed, the wrapper answers what a process
-// without it would see from a loader that found nothing to call:
+// The table of hooks (hooked_functions.inc) and the generated pass-through wrappers. Where the
+// library is not installed, a wrapper answers what a process without it would see from a loader
+// that found nothing to call:
 //   driver calls: CUDA_ERROR_NOT_INITIALIZED (no cuInit can have succeeded);
-//   nvmlInit_v2: NVML_ERROR_LIBRARY_NOT_FOUND, other NVML calls: NVML_ERROR_UNINITIALIZED.
+//   nvmlInit*: NVML_ERROR_LIBRARY_NOT_FOUND, other NVML calls: NVML_ERROR_UNINITIALIZED.
 #define __CUDA_API_VERSION_INTERNAL 1  // declares every export by its real name, so cuda.h checks ours
 #include <cuda.h>
 
 #include <cstring>
 #include <string_view>
+#include <type_traits>
 
+#include "session.h"
 #include "shim.h"
+#include "nvml_api.h"
 #include "slice/nvml_subset.h"
 
 #define SLICE_EXPORT __attribute__((visibility("default")))
 
-namespace slice::shim {
-namespace {
-
-constexpr nvmlReturn_t nvml_absent(Hook hook) {
-  return hook == Hook::nvmlInit_v2 ? NVML_ERROR_LIBRARY_NOT_FOUND : NVML_ERROR_UNINITIALIZED;
-}
-
-}  // namespace
-}  // namespace slice::shim
-
-// Generated pass-through wrappers. SLICE_HOOK_CU_CUSTOM entries are written in procaddr_hooks.cpp.
+// Generated pass-through wrappers of the SLICE_HOOK_CU entries (launches, for now). They fail
+// closed like every hook. SLICE_HOOK_CU_CUSTOM and NVML wrappers are written by hand in shim/.
 #define SLICE_HOOK_CU_CUSTOM(name, ret, params, args)
+#define SLICE_HOOK_NVML(name, ret, params, args)
 #define SLICE_HOOK_CU(name, ret, params, args)                                                 \
   extern "C" SLICE_EXPORT ret name params {                                                    \
     using Fn = ret(*) params;                                                                  \
     const auto real = reinterpret_cast<Fn>(slice::shim::real_function(slice::shim::Hook::name)); \
     if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                    \
-    return real args;                                                                          \
-  }
-#define SLICE_HOOK_NVML(name, ret, params, args)                                               \
-  extern "C" SLICE_EXPORT ret name params {                                                    \
-    using Fn = ret(*) params;                                                                  \
-    const auto real = reinterpret_cast<Fn>(slice::shim::real_function(slice::shim::Hook::name)); \
-    if (real == nullptr) return slice::shim::nvml_absent(slice::shim::Hook::name);             \
+    if (slice::shim::session_state() == slice::shim::SessionState::failed) return CUDA_ERROR_INVALID_VALUE; \
     return real args;                                                                          \
   }
 #include "hooked_functions.inc"
 #undef SLICE_HOOK_CU
 #undef SLICE_HOOK_CU_CUSTOM
+#undef SLICE_HOOK_NVML
+
+// Every wrapper, generated or written by hand, has exactly the list's signature (cuda.h and
+// nvml_api.h declare them by their export names, so a mismatch would not compile either).
+#define SLICE_HOOK_CU(name, ret, params, args) static_assert(std::is_same_v<decltype(&::name), ret(*) params>);
+#define SLICE_HOOK_NVML(name, ret, params, args) SLICE_HOOK_CU(name, ret, params, args)
+#include "hooked_functions.inc"
+#undef SLICE_HOOK_CU
 #undef SLICE_HOOK_NVML
 
 namespace slice::shim {

@@ -5,6 +5,9 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include <string>
+
+#include "log.h"
 #include "procaddr_map.h"
 #include "shim.h"
 
@@ -19,7 +22,13 @@ void substitute_wrapper(const char* symbol, void** pfn, int cuda_version, cuuint
   const slice::ProcAddrResolution resolved = slice::resolve_procaddr(symbol, cuda_version, flags);
   if (resolved.status != slice::ProcAddrStatus::found) return;  // the driver's answer stands
   const slice::shim::HookInfo* hook = slice::shim::find_hook(resolved.export_name);
-  if (hook != nullptr && hook->library == slice::shim::HookLibrary::cuda) *pfn = hook->wrapper;
+  const bool ours = hook != nullptr && hook->library == slice::shim::HookLibrary::cuda;
+  if (ours) *pfn = hook->wrapper;
+  if (slice::log::enabled(slice::LogLevel::trace))  // tests/gpu reads these to see what the runtime fetches
+    slice::log::write(slice::LogLevel::trace, std::string("cuGetProcAddress: ") + symbol + " (" +
+                                                  std::to_string(cuda_version) + ", " + std::to_string(flags) +
+                                                  ") -> " + std::string(resolved.export_name) +
+                                                  (ours ? ", libslice's wrapper" : ", the driver's"));
 }
 
 }  // namespace

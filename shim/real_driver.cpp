@@ -7,7 +7,6 @@
 #include <atomic>
 #include <mutex>
 
-#include "config.h"
 #include "shim.h"
 
 namespace slice::shim {
@@ -15,6 +14,8 @@ namespace {
 
 struct RealLibrary {
   std::once_flag once;
+  std::atomic<bool> opened{false};  // the fast path: after the first call, one acquire load
+  void* handle = nullptr;
   std::array<void*, kHookCount> functions{};  // filled for this library's hooks only
 };
 
@@ -23,8 +24,13 @@ RealLibrary g_nvml;
 std::atomic<DlsymFn> g_real_dlsym{nullptr};
 
 void open_library(RealLibrary& lib, HookLibrary which, const char* soname) {
+  struct MarkOpened {
+    RealLibrary& lib;
+    ~MarkOpened() { lib.opened.store(true, std::memory_order_release); }
+  } mark{lib};
   void* handle = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) return;  // no driver: the wrappers answer as an absent driver would
+  lib.handle = handle;
   const DlsymFn lookup = real_dlsym();
   if (lookup == nullptr) return;
   for (std::size_t i = 0; i < kHookCount; ++i) {
@@ -47,26 +53,26 @@ DlsymFn real_dlsym() noexcept {
 }
 
 void* real_function(Hook hook) noexcept {
-  const HookInfo& info = hook_info(hook);
-  if (info.library == HookLibrary::cuda) {
-    std::call_once(g_cuda.once, open_library, std::ref(g_cuda), HookLibrary::cuda, "libcuda.so.1");
+  if (kHookLibraries[static_cast<std::size_t>(hook)] == HookLibrary::cuda) {
+    if (!g_cuda.opened.load(std::memory_order_acquire))
+      std::call_once(g_cuda.once, open_library, std::ref(g_cuda), HookLibrary::cuda, "libcuda.so.1");
     return g_cuda.functions[static_cast<std::size_t>(hook)];
   }
-  std::call_once(g_nvml.once, open_library, std::ref(g_nvml), HookLibrary::nvml, "libnvidia-ml.so.1");
+  if (!g_nvml.opened.load(std::memory_order_acquire))
+    std::call_once(g_nvml.once, open_library, std::ref(g_nvml), HookLibrary::nvml, "libnvidia-ml.so.1");
   return g_nvml.functions[static_cast<std::size_t>(hook)];
 }
 
-bool disabled() noexcept {
-  // A broken configuration is not "disabled": later issues fail it closed at cuInit.
-  static const bool value = [] {
-    try {
-      const ConfigResult result = parse_config(process_slice_environment());
-      return result.config.has_value() && result.config->disable;
-    } catch (...) {
-      return false;
-    }
-  }();
-  return value;
+void* real_cuda_symbol(const char* name) noexcept {
+  std::call_once(g_cuda.once, open_library, std::ref(g_cuda), HookLibrary::cuda, "libcuda.so.1");
+  const DlsymFn lookup = real_dlsym();
+  return g_cuda.handle != nullptr && lookup != nullptr ? lookup(g_cuda.handle, name) : nullptr;
+}
+
+void* real_nvml_symbol(const char* name) noexcept {
+  std::call_once(g_nvml.once, open_library, std::ref(g_nvml), HookLibrary::nvml, "libnvidia-ml.so.1");
+  const DlsymFn lookup = real_dlsym();
+  return g_nvml.handle != nullptr && lookup != nullptr ? lookup(g_nvml.handle, name) : nullptr;
 }
 
 }  // namespace slice::shim

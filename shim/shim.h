@@ -21,6 +21,15 @@ enum class Hook : unsigned {
 };
 inline constexpr std::size_t kHookCount = static_cast<std::size_t>(Hook::count_);
 
+// Which library each hook belongs to, known at compile time (real_function's fast path).
+inline constexpr HookLibrary kHookLibraries[] = {
+#define SLICE_HOOK_CU(name, ret, params, args) HookLibrary::cuda,
+#define SLICE_HOOK_NVML(name, ret, params, args) HookLibrary::nvml,
+#include "hooked_functions.inc"
+#undef SLICE_HOOK_CU
+#undef SLICE_HOOK_NVML
+};
+
 struct HookInfo {
   const char* name;     // the exact export
   HookLibrary library;
@@ -35,6 +44,26 @@ const HookInfo& hook_info(Hook hook) noexcept;
 // (opened RTLD_NOW | RTLD_LOCAL on the first call, never through RTLD_NEXT). nullptr when that
 // library is not installed or lacks the export.
 void* real_function(Hook hook) noexcept;
+
+// Any other export of the real driver / NVML, from the same handles (nullptr when absent).
+void* real_cuda_symbol(const char* name) noexcept;
+void* real_nvml_symbol(const char* name) noexcept;
+
+// Typed and looked up once: SLICE_REAL_CU(cuCtxGetDevice)(&dev). Needs the declaration (cuda.h
+// with __CUDA_API_VERSION_INTERNAL, or nvml_subset.h); nullptr when the library lacks it.
+#define SLICE_REAL_CU(fn)                                                                        \
+  ([]() noexcept {                                                                               \
+    static const auto real = reinterpret_cast<decltype(&::fn)>(::slice::shim::real_cuda_symbol(#fn)); \
+    return real;                                                                                 \
+  }())
+#define SLICE_REAL_NVML(fn)                                                                      \
+  ([]() noexcept {                                                                               \
+    static const auto real = reinterpret_cast<decltype(&::fn)>(::slice::shim::real_nvml_symbol(#fn)); \
+    return real;                                                                                 \
+  }())
+// The real function behind a hook, typed: SLICE_REAL_HOOK(cuMemAlloc_v2)(&p, n).
+#define SLICE_REAL_HOOK(fn) \
+  (reinterpret_cast<decltype(&::fn)>(::slice::shim::real_function(::slice::shim::Hook::fn)))
 
 // glibc's dlsym, never our hook: dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"), then "GLIBC_2.2.5".
 using DlsymFn = void* (*)(void*, const char*);

@@ -1,5 +1,6 @@
 // libslice.so's hygiene, checked on the built file: its dynamic exports are exactly the hook list,
-// dlsym and the public list; it needs only glibc and libstdc++/libgcc; nothing of ours runs at load.
+// dlsym, dlopen and the public list; it needs only glibc and libstdc++/libgcc; nothing of ours runs
+// at load.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -39,18 +40,20 @@ std::map<std::string, std::string> dynamic_exports() {
   return exports;
 }
 
-TEST(ShimExports, ExactlyTheHookListDlsymAndThePublicList) {
+TEST(ShimExports, ExactlyTheHookListDlsymDlopenAndThePublicList) {
   std::set<std::string> expected = hooked_cuda_exports();
   expected.insert(hooked_nvml_exports().begin(), hooked_nvml_exports().end());
   expected.insert("dlsym");
+  expected.insert("dlopen");  // clears RTLD_DEEPBIND (shim/dlopen_hook.cpp)
   expected.insert(kPublicList.begin(), kPublicList.end());
   std::set<std::string> actual;
   for (const auto& [name, version] : dynamic_exports()) actual.insert(name);
   EXPECT_EQ(actual, expected);
 }
 
-TEST(ShimExports, HooksAndDlsymUnversionedPublicListVersioned) {
-  // A versioned hook would not bind to an application's dlsym@GLIBC_2.34 or cuMemAlloc_v2.
+TEST(ShimExports, HooksDlsymAndDlopenUnversionedPublicListVersioned) {
+  // A versioned hook would not bind to an application's dlsym@GLIBC_2.34, dlopen@GLIBC_2.34 or
+  // cuMemAlloc_v2.
   for (const auto& [name, version] : dynamic_exports()) {
     if (kPublicList.contains(name)) {
       EXPECT_EQ(version, "LIBSLICE_0.1") << name;

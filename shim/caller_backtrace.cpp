@@ -1,0 +1,45 @@
+#include "caller_backtrace.h"
+
+#include <dlfcn.h>
+#include <execinfo.h>
+
+#include <cstdio>
+#include <mutex>
+
+namespace slice::shim {
+namespace {
+
+using UnwBacktrace = int (*)(void**, int);
+
+UnwBacktrace libunwind_backtrace() {
+  static UnwBacktrace fn = [] {
+    void* handle = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    return handle != nullptr ? reinterpret_cast<UnwBacktrace>(dlsym(handle, "unw_backtrace")) : nullptr;
+  }();
+  return fn;
+}
+
+}  // namespace
+
+std::string caller_backtrace() {
+  void* frames[48];
+  const UnwBacktrace unw = libunwind_backtrace();
+  const int n = unw != nullptr ? unw(frames, 48) : backtrace(frames, 48);
+  std::string out;
+  for (int i = 0; i < n; ++i) {
+    Dl_info info{};
+    char line[512];
+    if (dladdr(frames[i], &info) != 0 && info.dli_fname != nullptr) {
+      const auto offset = static_cast<unsigned long>(static_cast<char*>(frames[i]) -
+                                                     static_cast<char*>(info.dli_saddr != nullptr ? info.dli_saddr : info.dli_fbase));
+      std::snprintf(line, sizeof line, "  #%d %p %s(%s+0x%lx)\n", i, frames[i], info.dli_fname,
+                    info.dli_sname != nullptr ? info.dli_sname : "", offset);
+    } else {
+      std::snprintf(line, sizeof line, "  #%d %p\n", i, frames[i]);
+    }
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace slice::shim

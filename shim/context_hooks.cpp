@@ -1,0 +1,184 @@
+// Context memory. Creating a context (or activating a device's primary context) takes device
+// memory the application never asked for: hundreds of MiB on a real GPU. The driver does not say
+// how much, so it is measured: this process's device memory as NVML reports it, before and after,
+// less what this process charged meanwhile (another thread's allocation is not context memory).
+// A context that does not fit in the cap is destroyed again and the call is refused. Destroying
+// a context frees the allocations and arrays made in it, so their charges go with it.
+#include <unistd.h>
+
+#include "hook_support.h"
+#include "log.h"
+#include "nvml_api.h"
+
+namespace slice::shim {
+namespace {
+
+// This process's memory on a device according to NVML; nullopt where NVML cannot tell (not
+// installed, or the process is not listed under its own PID, as in some containers).
+std::optional<std::uint64_t> process_memory(const SessionDevice& d) {
+  static const bool nvml_ready = [] {
+    const auto init = SLICE_REAL_HOOK(nvmlInit_v2);
+    return init != nullptr && init() == NVML_SUCCESS;
+  }();
+  if (!nvml_ready) return std::nullopt;
+  nvmlDevice_t device = nullptr;
+  const auto by_uuid = SLICE_REAL_NVML(nvmlDeviceGetHandleByUUID);
+  const auto list = SLICE_REAL_HOOK(nvmlDeviceGetComputeRunningProcesses_v3);
+  if (by_uuid == nullptr || list == nullptr || by_uuid(d.uuid_text.c_str(), &device) != NVML_SUCCESS) return std::nullopt;
+  nvmlProcessInfo_t infos[256];
+  unsigned int n = 256;
+  if (list(device, &n, infos) != NVML_SUCCESS) return std::nullopt;
+  const unsigned int self = static_cast<unsigned int>(::getpid());
+  for (unsigned int i = 0; i < n; ++i)
+    if (infos[i].pid == self) return infos[i].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE_ULL ? 0 : infos[i].usedGpuMemory;
+  return 0;  // not listed: nothing on that device yet
+}
+
+struct Measure {
+  std::optional<std::uint64_t> process;
+  std::uint64_t charged = 0;
+};
+
+Measure measure(Session& s, int device) {
+  return {process_memory(s.devices[device]), s.coordinator->mine(device)};
+}
+
+// What the context took: the growth NVML saw less the growth of our own charges.
+std::uint64_t context_bytes(const Measure& before, const Measure& after) {
+  if (!before.process || !after.process) return 0;
+  const std::uint64_t grew = *after.process > *before.process ? *after.process - *before.process : 0;
+  const std::uint64_t ours = after.charged > before.charged ? after.charged - before.charged : 0;
+  return grew > ours ? grew - ours : 0;
+}
+
+// Gives back a destroyed context's own charge and those of everything allocated in it.
+void forget_context(Session& s, std::uint64_t ctx) {
+  if (ctx == 0) return;
+  contexts_changed();
+  if (const std::optional<Charge> c = s.contexts.take(ctx)) uncharge(s, c->device, c->bytes);
+  for (const Charge& c : s.pointers.take_owned_by(ctx)) uncharge(s, c.device, c.bytes);
+  for (const Charge& c : s.arrays.take_owned_by(ctx)) uncharge(s, c.device, c.bytes);
+}
+
+// Charges a context just created; false (and a refusal line) when it does not fit.
+bool charge_context(Session& s, int device, std::uint64_t ctx, const Measure& before, const char* what) {
+  const std::uint64_t bytes = context_bytes(before, measure(s, device));
+  if (bytes == 0) return true;
+  if (!charge(s, device, bytes, what)) return false;
+  record(s, s.contexts, ctx, Charge{device, bytes, 0});
+  return true;
+}
+
+bool primary_active(CUdevice dev) {
+  unsigned int flags = 0;
+  int active = 0;
+  const auto get = SLICE_REAL_CU(cuDevicePrimaryCtxGetState);
+  return get != nullptr && get(dev, &flags, &active) == CUDA_SUCCESS && active != 0;
+}
+
+template <typename Call>
+CUresult create_context(CUcontext* pctx, CUdevice dev, const char* what, Call&& call) {
+  return accounted(
+      [&](Session& s) {
+        const int device = s.index_of(dev);
+        if (device < 0) return call();
+        const Measure before = measure(s, device);
+        const CUresult rc = call();
+        if (rc != CUDA_SUCCESS) return rc;
+        if (!charge_context(s, device, reinterpret_cast<std::uint64_t>(*pctx), before, what)) {
+          SLICE_CALL_REAL(cuCtxDestroy_v2, *pctx);
+          *pctx = nullptr;
+          return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        return rc;
+      },
+      call);
+}
+
+template <typename Call>
+CUresult destroy_context(CUcontext ctx, Call&& call) {
+  return accounted(
+      [&](Session& s) {
+        const CUresult rc = call();
+        if (rc == CUDA_SUCCESS) forget_context(s, reinterpret_cast<std::uint64_t>(ctx));
+        return rc;
+      },
+      call);
+}
+
+// After a primary context's release or reset: if it is no longer active, it and what was
+// allocated in it are gone.
+template <typename Call>
+CUresult primary_release(CUdevice dev, Call&& call) {
+  return accounted(
+      [&](Session& s) {
+        const CUresult rc = call();
+        const int device = s.index_of(dev);
+        if (rc == CUDA_SUCCESS && device >= 0 && !primary_active(dev))
+          forget_context(s, s.primary_contexts[device].exchange(0));
+        return rc;
+      },
+      call);
+}
+
+}  // namespace
+}  // namespace slice::shim
+
+using namespace slice::shim;
+
+extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+  const auto call = [&] { return SLICE_CALL_REAL(cuDevicePrimaryCtxRetain, pctx, dev); };
+  return accounted(
+      [&](Session& s) {
+        const int device = s.index_of(dev);
+        if (device < 0 || primary_active(dev)) return call();  // already there: no new memory
+        const Measure before = measure(s, device);
+        const CUresult rc = call();
+        if (rc != CUDA_SUCCESS) return rc;
+        const auto key = reinterpret_cast<std::uint64_t>(*pctx);
+        if (!charge_context(s, device, key, before, "cuDevicePrimaryCtxRetain")) {
+          SLICE_CALL_REAL(cuDevicePrimaryCtxRelease_v2, dev);
+          *pctx = nullptr;
+          return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        s.primary_contexts[device].store(key);
+        return rc;
+      },
+      call);
+}
+
+extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+  return primary_release(dev, [&] { return SLICE_CALL_REAL(cuDevicePrimaryCtxRelease_v2, dev); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+  return primary_release(dev, [&] { return SLICE_CALL_REAL(cuDevicePrimaryCtxRelease, dev); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
+  return primary_release(dev, [&] { return SLICE_CALL_REAL(cuDevicePrimaryCtxReset_v2, dev); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
+  return primary_release(dev, [&] { return SLICE_CALL_REAL(cuDevicePrimaryCtxReset, dev); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return create_context(pctx, dev, "cuCtxCreate", [&] { return SLICE_CALL_REAL(cuCtxCreate_v2, pctx, flags, dev); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
+                                                unsigned int flags, CUdevice dev) {
+  return create_context(pctx, dev, "cuCtxCreate",
+                        [&] { return SLICE_CALL_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams,
+                                                unsigned int flags, CUdevice dev) {
+  return create_context(pctx, dev, "cuCtxCreate",
+                        [&] { return SLICE_CALL_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+  return destroy_context(ctx, [&] { return SLICE_CALL_REAL(cuCtxDestroy_v2, ctx); });
+}

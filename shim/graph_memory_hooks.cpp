@@ -1,0 +1,204 @@
+// Graph memory nodes. A graph's allocations take physical memory from the device's graph memory
+// pool at the executable graph's first launch or upload (not at instantiation: the stream is not
+// known yet) and keep it between launches; the pool keeps what graphs freed until
+// cuDeviceGraphMemTrim. So a device's charge follows CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT, and an
+// executable graph with allocation nodes (added by cuGraphAddMemAllocNode or captured from
+// cuMemAllocAsync) has its memory reserved against the cap before its first launch or upload.
+// A launch of any other graph costs one relaxed load.
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "accounts.h"
+#include "hook_support.h"
+
+namespace slice::shim {
+namespace {
+
+constexpr std::uint64_t kGraphPoolChunk = 2ull << 20;  // the pool grows by whole chunks
+
+struct GraphExecMemory {
+  int device = 0;
+  std::uint64_t bytes = 0;  // what its allocation nodes ask for, chunk-rounded
+  bool mapped = false;      // launched or uploaded once: it holds its memory from then on
+};
+
+std::mutex g_mu;
+// Only executable graphs with allocations. Made on first use: nothing may run at load time.
+std::unordered_map<CUgraphExec, GraphExecMemory>& execs() {
+  static auto* map = new std::unordered_map<CUgraphExec, GraphExecMemory>();
+  return *map;
+}
+std::atomic<std::size_t> g_exec_count{0};
+
+std::uint64_t graph_attribute(CUdevice dev, CUgraphMem_attribute attribute) {
+  cuuint64_t value = 0;
+  const auto get = SLICE_REAL_CU(cuDeviceGetGraphMemAttribute);
+  if (get == nullptr || get(dev, attribute, &value) != CUDA_SUCCESS) return 0;
+  return value;
+}
+
+// What the allocation nodes of a graph ask for, per device (first device found wins: a graph's
+// allocations on several devices are rare; each is charged where its pool lives).
+bool graph_allocations(Session& s, CUgraph graph, GraphExecMemory& out) {
+  const auto get_nodes = SLICE_REAL_CU(cuGraphGetNodes);
+  const auto get_type = SLICE_REAL_CU(cuGraphNodeGetType);
+  const auto get_params = SLICE_REAL_CU(cuGraphMemAllocNodeGetParams);
+  if (get_nodes == nullptr || get_type == nullptr || get_params == nullptr) return false;
+  std::size_t n = 0;
+  if (get_nodes(graph, nullptr, &n) != CUDA_SUCCESS || n == 0) return false;
+  std::vector<CUgraphNode> nodes(n);
+  if (get_nodes(graph, nodes.data(), &n) != CUDA_SUCCESS) return false;
+  bool any = false;
+  for (std::size_t i = 0; i < n; ++i) {
+    CUgraphNodeType type;
+    CUDA_MEM_ALLOC_NODE_PARAMS params{};
+    if (get_type(nodes[i], &type) != CUDA_SUCCESS || type != CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
+        get_params(nodes[i], &params) != CUDA_SUCCESS)
+      continue;
+    const int device = s.index_of(params.poolProps.location.id);
+    if (device < 0) continue;
+    if (!any) out.device = device;
+    any = true;
+    out.bytes += (params.bytesize + kGraphPoolChunk - 1) / kGraphPoolChunk * kGraphPoolChunk;
+  }
+  return any;
+}
+
+template <typename Call>
+CUresult instantiate(CUgraphExec* exec, CUgraph graph, Call&& call) {
+  return accounted(
+      [&](Session& s) {
+        const CUresult rc = call();
+        GraphExecMemory m;
+        if (rc == CUDA_SUCCESS && exec != nullptr && graph_allocations(s, graph, m)) {
+          std::lock_guard<std::mutex> lock(g_mu);
+          if (execs().insert_or_assign(*exec, m).second) g_exec_count.fetch_add(1);
+        }
+        return rc;
+      },
+      call);
+}
+
+// Launch or upload: the first one maps the graph's memory.
+template <typename Call>
+CUresult map_and_run(CUgraphExec exec, const char* what, Call&& call) {
+  if (g_exec_count.load(std::memory_order_relaxed) == 0) {  // the common case: no graph memory at all
+    if (session_state() == SessionState::failed) return kFailedClosed;
+    return call();
+  }
+  return accounted(
+      [&](Session& s) {
+        GraphExecMemory m;
+        {
+          std::lock_guard<std::mutex> lock(g_mu);
+          const auto it = execs().find(exec);
+          if (it == execs().end() || it->second.mapped) return call();
+          m = it->second;
+        }
+        const CUdevice dev = s.devices[m.device].handle;
+        const std::uint64_t reserved = graph_attribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+        const std::uint64_t used = graph_attribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
+        const std::uint64_t idle = reserved > used ? reserved - used : 0;
+        const std::uint64_t growth = m.bytes > idle ? m.bytes - idle : 0;
+        if (growth != 0 && !charge(s, m.device, growth, what)) return CUDA_ERROR_OUT_OF_MEMORY;
+        const CUresult rc = call();
+        settle_graph_memory(s, m.device);
+        uncharge(s, m.device, growth);
+        if (rc == CUDA_SUCCESS) {
+          std::lock_guard<std::mutex> lock(g_mu);
+          const auto it = execs().find(exec);
+          if (it != execs().end()) it->second.mapped = true;
+        }
+        return rc;
+      },
+      call);
+}
+
+}  // namespace
+
+bool settle_graph_memory(Session& s, int device) {
+  std::lock_guard<std::mutex> lock(s.pools->mu);
+  const std::uint64_t held = graph_attribute(s.devices[device].handle, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+  std::uint64_t& charged = s.pools->graph_charged[device];
+  const bool went_down = held < charged;
+  settle_charge(s, device, charged, held);
+  charged = held;
+  return went_down;
+}
+
+}  // namespace slice::shim
+
+using namespace slice::shim;
+
+extern "C" SLICE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                             unsigned long long flags) {
+  return instantiate(phGraphExec, hGraph,
+                     [&] { return SLICE_CALL_REAL(cuGraphInstantiateWithFlags, phGraphExec, hGraph, flags); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                              CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  return instantiate(phGraphExec, hGraph, [&] {
+    return SLICE_CALL_REAL(cuGraphInstantiateWithParams, phGraphExec, hGraph, instantiateParams);
+  });
+}
+
+extern "C" SLICE_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+  return instantiate(phGraphExec, hGraph, [&] {
+    return SLICE_CALL_REAL(cuGraphInstantiateWithParams_ptsz, phGraphExec, hGraph, instantiateParams);
+  });
+}
+
+extern "C" SLICE_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
+                                                       CUgraphNode* phErrorNode, char* logBuffer, size_t bufferSize) {
+  return instantiate(phGraphExec, hGraph, [&] {
+    return SLICE_CALL_REAL(cuGraphInstantiate_v2, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+  });
+}
+
+extern "C" SLICE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
+  return map_and_run(hGraphExec, "cuGraphLaunch", [&] { return SLICE_CALL_REAL(cuGraphLaunch, hGraphExec, hStream); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return map_and_run(hGraphExec, "cuGraphLaunch",
+                     [&] { return SLICE_CALL_REAL(cuGraphLaunch_ptsz, hGraphExec, hStream); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+  return map_and_run(hGraphExec, "cuGraphUpload", [&] { return SLICE_CALL_REAL(cuGraphUpload, hGraphExec, hStream); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+  return map_and_run(hGraphExec, "cuGraphUpload",
+                     [&] { return SLICE_CALL_REAL(cuGraphUpload_ptsz, hGraphExec, hStream); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+  const auto call = [&] { return SLICE_CALL_REAL(cuGraphExecDestroy, hGraphExec); };
+  return accounted(
+      [&](Session&) {
+        const CUresult rc = call();
+        if (rc == CUDA_SUCCESS) {
+          std::lock_guard<std::mutex> lock(g_mu);
+          if (execs().erase(hGraphExec) != 0) g_exec_count.fetch_sub(1);
+        }
+        return rc;
+      },
+      call);
+}
+
+extern "C" SLICE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
+  const auto call = [&] { return SLICE_CALL_REAL(cuDeviceGraphMemTrim, device); };
+  return accounted(
+      [&](Session& s) {
+        const CUresult rc = call();
+        const int index = s.index_of(device);
+        if (rc == CUDA_SUCCESS && index >= 0) settle_graph_memory(s, index);
+        return rc;
+      },
+      call);
+}

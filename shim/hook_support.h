@@ -1,0 +1,50 @@
+// What every hand-written hook shares: the export attribute, and the one way a hook learns whether
+// to charge, pass the call through, or fail closed.
+#pragma once
+
+#include "session.h"
+#include "shim.h"
+
+#define SLICE_EXPORT __attribute__((visibility("default")))
+
+namespace slice::shim {
+
+// The answer of every hooked CUDA call in a failed session: never "unlimited".
+inline constexpr CUresult kFailedClosed = CUDA_ERROR_INVALID_VALUE;
+
+// Runs `charged(session)` when libslice accounts this process, `passthrough()` when it does not,
+// and answers kFailedClosed when it failed closed.
+template <typename Charged, typename Passthrough>
+CUresult accounted(Charged&& charged, Passthrough&& passthrough) {
+  bool failed = false;
+  Session* s = running_session(failed);
+  if (failed) return kFailedClosed;
+  if (s == nullptr) return passthrough();
+  return charged(*s);
+}
+
+// Calls the real function of a hook; an absent driver answers as an absent driver would.
+template <typename Fn, typename... Args>
+CUresult call_real(Fn fn, Args... args) {
+  return fn != nullptr ? fn(args...) : CUDA_ERROR_NOT_INITIALIZED;
+}
+#define SLICE_CALL_REAL(fn, ...) ::slice::shim::call_real(SLICE_REAL_HOOK(fn), __VA_ARGS__)
+
+// Charges `bytes` on `device`, runs `call`, and gives the charge back if the call failed.
+template <typename Call>
+CUresult charge_around(Session& s, int device, std::uint64_t bytes, const char* what, Call&& call) {
+  if (!charge(s, device, bytes, what)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult rc = call();
+  if (rc != CUDA_SUCCESS) uncharge(s, device, bytes);
+  return rc;
+}
+
+// Records a charge under `key`; where the table still had the key (its memory was freed behind our
+// back), the old charge is given back.
+void record(Session& s, AllocationTable& table, std::uint64_t key, Charge charge);
+
+// Moves a recorded charge to `bytes` once the driver said what it really took (pitch, arrays),
+// cap or no cap: the memory exists either way.
+void settle_charge(Session& s, int device, std::uint64_t charged, std::uint64_t bytes);
+
+}  // namespace slice::shim

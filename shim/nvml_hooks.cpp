@@ -1,0 +1,190 @@
+// NVML shows the slice too: memory info (v1 and v2) reports the same numbers as cuMemGetInfo, and
+// the running processes are the tenant's own. NVML devices are matched to the session's by UUID,
+// never by index: NVML numbers every GPU of the machine, CUDA only the visible ones, in its own
+// order (HAMi-core loses its cap when NVML initialises first).
+//
+// A process that uses NVML but never initialised CUDA (a monitor such as nvitop run with the
+// tenant's variables) is not a member: it reads the tenant's cap and usage from the coordinator
+// without joining, or, for a tenant that does not exist yet, applies its own SLICE_MEMORY_LIMIT.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "coordinator_view.h"
+#include "hook_support.h"
+#include "limits_text.h"
+#include "log.h"
+#include "memory_report.h"
+#include "nvml_api.h"
+
+namespace slice::shim {
+namespace {
+
+constexpr nvmlReturn_t kNvmlFailedClosed = NVML_ERROR_INVALID_ARGUMENT;
+
+std::string uuid_of(nvmlDevice_t device) {
+  char uuid[96] = {};
+  const auto get = SLICE_REAL_NVML(nvmlDeviceGetUUID);
+  if (get == nullptr || get(device, uuid, sizeof uuid - 1) != NVML_SUCCESS) return {};
+  return uuid;
+}
+
+// The tenant's view of one GPU for a process that is not a member.
+struct OutsideView {
+  std::uint64_t cap = kNoLimit;
+  std::uint64_t usage = 0;
+  std::vector<std::int32_t> pids;
+};
+
+OutsideView outside_view(const Config& config, const std::string& uuid, std::uint64_t device_total) {
+  OutsideView v;
+  v.cap = cap_on(config.memory_limit.every_device, device_total);
+  if (config.tenant.empty()) return v;
+  std::string error;
+  for (const TenantView& t : read_coordinator(config.coordinator_dir, error)) {
+    if (t.name != config.tenant || !t.readable) continue;
+    for (std::size_t g = 0; g < t.gpus.size(); ++g) {
+      if (t.gpus[g].uuid != uuid) continue;
+      v.cap = t.gpus[g].cap_bytes;
+      v.usage = t.gpus[g].used_bytes;
+    }
+    for (const ProcessView& p : t.processes) v.pids.push_back(p.pid);
+  }
+  return v;
+}
+
+// Which slice applies to an NVML device. false: report the device's own figures.
+bool slice_for(nvmlDevice_t device, std::uint64_t total, std::uint64_t free, SliceMemory& out) {
+  const std::string uuid = uuid_of(device);
+  if (uuid.empty()) return false;
+  if (Session* s = current_session()) {
+    const int index = s->index_of_uuid(uuid);
+    if (index < 0) return false;  // a GPU this process cannot use: not part of its slice
+    out = slice_of(*s, index, total, free);
+    return out.capped;
+  }
+  const Config* config = session_config();
+  if (config == nullptr || config->disable) return false;
+  const OutsideView v = outside_view(*config, uuid, total);
+  out = clamp_to_cap(total, free, v.cap, v.usage);
+  return out.capped;
+}
+
+std::vector<std::int32_t> tenant_pids() {
+  if (Session* s = current_session()) return s->coordinator->live_pids();
+  const Config* config = session_config();
+  if (config == nullptr || config->tenant.empty()) return {};
+  return outside_view(*config, "", 0).pids;
+}
+
+bool tenant_known() {
+  if (current_session() != nullptr) return true;
+  const Config* config = session_config();
+  return config != nullptr && !config->disable && !config->tenant.empty();
+}
+
+template <typename Call>
+nvmlReturn_t nvml_init(Call&& call) {
+  if (session_config() == nullptr) {
+    start_session();  // writes the one error line and fails closed, without touching the driver
+    return kNvmlFailedClosed;
+  }
+  return call();
+}
+
+// The driver's list, of any process-info layout, filtered to the tenant's processes.
+template <typename Info, typename Call>
+nvmlReturn_t running_processes(unsigned int* count, Info* infos, Call&& call) {
+  if (session_state() == SessionState::failed) return kNvmlFailedClosed;
+  if (disabled() || count == nullptr || !tenant_known()) return call(count, infos);
+  std::vector<Info> all(64);
+  nvmlReturn_t rc;
+  for (;;) {
+    unsigned int n = static_cast<unsigned int>(all.size());
+    rc = call(&n, all.data());
+    if (rc == NVML_ERROR_INSUFFICIENT_SIZE && n > all.size()) {
+      all.resize(n + 16);
+      continue;
+    }
+    if (rc != NVML_SUCCESS) return rc;
+    all.resize(n);
+    break;
+  }
+  const std::vector<std::int32_t> pids = tenant_pids();
+  std::erase_if(all, [&](const Info& info) {
+    return std::find(pids.begin(), pids.end(), static_cast<std::int32_t>(info.pid)) == pids.end();
+  });
+  const unsigned int room = *count;
+  *count = static_cast<unsigned int>(all.size());
+  if (all.size() > room || (infos == nullptr && !all.empty())) return NVML_ERROR_INSUFFICIENT_SIZE;
+  if (!all.empty()) std::copy(all.begin(), all.end(), infos);
+  return NVML_SUCCESS;
+}
+
+}  // namespace
+}  // namespace slice::shim
+
+using namespace slice::shim;
+
+extern "C" SLICE_EXPORT nvmlReturn_t nvmlInit_v2(void) {
+  return nvml_init([] {
+    const auto real = SLICE_REAL_HOOK(nvmlInit_v2);
+    return real != nullptr ? real() : NVML_ERROR_LIBRARY_NOT_FOUND;
+  });
+}
+
+extern "C" SLICE_EXPORT nvmlReturn_t nvmlInit(void) {
+  return nvml_init([] {
+    const auto real = SLICE_REAL_HOOK(nvmlInit);
+    return real != nullptr ? real() : NVML_ERROR_LIBRARY_NOT_FOUND;
+  });
+}
+
+extern "C" SLICE_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
+  return nvml_init([flags] {
+    const auto real = SLICE_REAL_HOOK(nvmlInitWithFlags);
+    return real != nullptr ? real(flags) : NVML_ERROR_LIBRARY_NOT_FOUND;
+  });
+}
+
+extern "C" SLICE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  const auto real = SLICE_REAL_HOOK(nvmlDeviceGetMemoryInfo);
+  if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
+  if (session_state() == SessionState::failed) return kNvmlFailedClosed;
+  const nvmlReturn_t rc = real(device, memory);
+  SliceMemory m;
+  if (rc != NVML_SUCCESS || memory == nullptr || disabled() || !slice_for(device, memory->total, memory->free, m))
+    return rc;
+  memory->total = m.total;
+  memory->free = m.free;
+  memory->used = m.total - m.free;
+  return rc;
+}
+
+extern "C" SLICE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
+  const auto real = SLICE_REAL_HOOK(nvmlDeviceGetMemoryInfo_v2);
+  if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
+  if (session_state() == SessionState::failed) return kNvmlFailedClosed;
+  const nvmlReturn_t rc = real(device, memory);
+  SliceMemory m;
+  if (rc != NVML_SUCCESS || memory == nullptr || disabled() || !slice_for(device, memory->total, memory->free, m))
+    return rc;
+  // The driver's reserve is outside any slice: the slice is what the tenant may use.
+  memory->total = m.total;
+  memory->free = m.free;
+  memory->reserved = 0;
+  memory->used = m.total - m.free;
+  return rc;
+}
+
+#define SLICE_PROCESS_HOOK(name, info_type)                                                          \
+  extern "C" SLICE_EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int* infoCount, info_type* infos) { \
+    const auto real = SLICE_REAL_HOOK(name);                                                         \
+    if (real == nullptr) return NVML_ERROR_UNINITIALIZED;                                            \
+    return running_processes(infoCount, infos,                                                       \
+                             [&](unsigned int* n, info_type* out) { return real(device, n, out); }); \
+  }
+SLICE_PROCESS_HOOK(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t)
+SLICE_PROCESS_HOOK(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_t)
+SLICE_PROCESS_HOOK(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
+#undef SLICE_PROCESS_HOOK

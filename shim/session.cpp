@@ -1,0 +1,291 @@
+#include "session.h"
+
+#include <pthread.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "accounts.h"
+#include "caller_backtrace.h"
+#include "limits_text.h"
+#include "log.h"
+#include "policy.h"
+#include "shim.h"
+#include "tenant_file.h"
+
+namespace slice::shim {
+namespace {
+
+std::atomic<SessionState> g_state{SessionState::fresh};
+std::atomic<Session*> g_session{nullptr};
+// Guards start-up only; re-made in a forked child (another thread may have held it at the fork).
+std::mutex g_start_mu;
+
+// The configuration, parsed once per process (and again in a forked child, which may have been
+// given another environment by a wrapper before it exec'd... it did not exec, so the same one).
+struct ParsedConfig {
+  std::once_flag once;
+  std::optional<Config> config;
+  std::string error;
+};
+// Made on first use, never at load time (nothing of libslice may run in a process that never
+// calls CUDA), and never destroyed (hooks may run while the process exits).
+ParsedConfig& parsed_config() {
+  static ParsedConfig* config = new ParsedConfig();
+  return *config;
+}
+
+void parse_once() {
+  try {
+    ConfigResult result = parse_config(process_slice_environment());
+    if (result.config) {
+      parsed_config().config = std::move(result.config);
+      if (!parsed_config().config->disable) log::configure(parsed_config().config->log_level, parsed_config().config->log_file);
+    } else {
+      parsed_config().error = result.error.message();
+    }
+  } catch (const std::exception& e) {
+    parsed_config().error = std::string("reading the SLICE_* variables failed: ") + e.what();
+  }
+}
+
+void fail_closed(const std::string& why) {
+  log::error(why + "; every CUDA call now fails with CUDA_ERROR_INVALID_VALUE (fix it, or set "
+                   "SLICE_DISABLE=1 to run without libslice)");
+  g_state.store(SessionState::failed, std::memory_order_release);
+}
+
+// A name no other process on any machine sharing the coordinator will pick: the program's name,
+// the PID and random bits (PIDs repeat across containers).
+std::string unique_tenant_name() {
+  char comm[32] = {};
+  if (FILE* f = std::fopen("/proc/self/comm", "re")) {
+    if (std::fgets(comm, sizeof comm, f) == nullptr) comm[0] = '\0';
+    std::fclose(f);
+  }
+  std::string base;
+  for (const char* p = comm; *p != '\0' && *p != '\n' && base.size() < 24; ++p) {
+    const char c = *p;
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                    c == '-' || c == '.';
+    base += ok ? c : '_';
+  }
+  while (!base.empty() && (base[0] == '.' || base[0] == '-')) base.erase(0, 1);
+  if (base.empty()) base = "process";
+  std::uint32_t random = 0;
+  if (getrandom(&random, sizeof random, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof random))
+    random = static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(&random) ^ ::getpid());
+  char suffix[32];
+  std::snprintf(suffix, sizeof suffix, "-%d-%06x", static_cast<int>(::getpid()), random & 0xFFFFFFu);
+  return base + suffix;
+}
+
+bool enumerate_devices(Session& s, std::string& error) {
+  int count = 0;
+  if (SLICE_REAL_CU(cuDeviceGetCount)(&count) != CUDA_SUCCESS) {
+    error = "cuDeviceGetCount failed";
+    return false;
+  }
+  const auto total_mem = SLICE_REAL_HOOK(cuDeviceTotalMem_v2);
+  for (int i = 0; i < count && i < kMaxDevices; ++i) {
+    SessionDevice d;
+    d.ordinal = i;
+    CUuuid uuid{};
+    char name[256] = {};
+    std::size_t total = 0;
+    if (SLICE_REAL_CU(cuDeviceGet)(&d.handle, i) != CUDA_SUCCESS ||
+        SLICE_REAL_CU(cuDeviceGetUuid_v2)(&uuid, d.handle) != CUDA_SUCCESS ||
+        SLICE_REAL_CU(cuDeviceGetName)(name, sizeof name - 1, d.handle) != CUDA_SUCCESS || total_mem == nullptr ||
+        total_mem(&total, d.handle) != CUDA_SUCCESS) {
+      error = "the driver did not describe device " + std::to_string(i);
+      return false;
+    }
+    std::memcpy(d.uuid.data(), uuid.bytes, 16);
+    d.uuid_text = uuid_text(d.uuid.data());
+    d.name = name;
+    d.total_bytes = total;
+    s.devices.push_back(std::move(d));
+  }
+  return true;
+}
+
+void after_fork_in_child() {
+  // The parent's membership and records are not the child's: start again from nothing if the
+  // child uses CUDA. The old session is left allocated (its locks may be held by threads that do
+  // not exist here).
+  new (&g_start_mu) std::mutex();
+  if (g_state.load() == SessionState::running) {
+    g_session.store(nullptr);
+    g_state.store(SessionState::fresh);
+  }
+}
+
+std::string cap_text(std::uint64_t cap) { return cap == kNoLimit ? "no cap" : "cap " + describe_bytes(cap); }
+
+}  // namespace
+
+Session::Session() : pools(std::make_unique<PoolAccounts>()), vmm(std::make_unique<VmmAccounts>()) {}
+Session::~Session() = default;
+
+int Session::index_of(CUdevice device) const {
+  for (const SessionDevice& d : devices)
+    if (d.handle == device) return d.ordinal;
+  return -1;
+}
+
+int Session::index_of_uuid(const std::string& text) const {
+  for (const SessionDevice& d : devices)
+    if (d.uuid_text == text) return d.ordinal;
+  return -1;
+}
+
+SessionState session_state() noexcept { return g_state.load(std::memory_order_acquire); }
+
+const Config* session_config() noexcept {
+  std::call_once(parsed_config().once, parse_once);
+  return parsed_config().config ? &*parsed_config().config : nullptr;
+}
+
+bool disabled() noexcept {
+  const Config* c = session_config();
+  return c != nullptr && c->disable;
+}
+
+CUresult start_session() noexcept {
+  std::lock_guard<std::mutex> lock(g_start_mu);
+  switch (g_state.load()) {
+    case SessionState::running:
+    case SessionState::passthrough: return CUDA_SUCCESS;
+    case SessionState::failed: return CUDA_ERROR_INVALID_VALUE;
+    case SessionState::fresh: break;
+  }
+  const Config* config = session_config();
+  if (config == nullptr) {
+    fail_closed(parsed_config().error);
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (config->disable) {
+    g_state.store(SessionState::passthrough);
+    return CUDA_SUCCESS;
+  }
+  try {
+    auto s = std::make_unique<Session>();
+    s->config = *config;
+    if (s->config.tenant.empty()) {
+      // Exported so that child processes join the same budget (overwrite: never, it was unset).
+      s->config.tenant = unique_tenant_name();
+      ::setenv("SLICE_TENANT", s->config.tenant.c_str(), 0);
+    }
+    std::string error;
+    if (!enumerate_devices(*s, error)) {
+      fail_closed("libslice could not read the GPUs: " + error);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    JoinRequest request;
+    request.dir = s->config.coordinator_dir;
+    request.tenant = s->config.tenant;
+    request.compute_share = s->config.compute_share.every_device;
+    request.compute_limit = s->config.compute_limit;
+    request.priority = s->config.priority;
+    for (const SessionDevice& d : s->devices)
+      request.devices.push_back(DeviceInfo{d.uuid, d.name, d.total_bytes, s->config.memory_limit.for_device(d.ordinal)});
+    std::vector<std::string> warnings;
+    s->coordinator = Coordinator::join(request, error, warnings);
+    if (!s->coordinator) {
+      fail_closed("libslice could not join the coordinator in " + request.dir + " as tenant '" + request.tenant +
+                  "': " + error);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (const std::string& w : warnings) log::warn(w);
+    if (log::enabled(LogLevel::info)) {
+      std::string line = "tenant '" + s->config.tenant + "' joined " + request.dir + ":";
+      for (const SessionDevice& d : s->devices)
+        line += " GPU " + std::to_string(d.ordinal) + " (" + d.uuid_text + ") " + cap_text(s->coordinator->cap(d.ordinal)) +
+                ";";
+      log::info(line);
+    }
+    static std::once_flag fork_once;
+    std::call_once(fork_once, [] { pthread_atfork(nullptr, nullptr, after_fork_in_child); });
+    g_session.store(s.release(), std::memory_order_release);  // lives as long as the process
+    g_state.store(SessionState::running, std::memory_order_release);
+    return CUDA_SUCCESS;
+  } catch (const std::exception& e) {
+    fail_closed(std::string("libslice could not start: ") + e.what());
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+}
+
+Session* running_session(bool& failed) noexcept {
+  SessionState state = g_state.load(std::memory_order_acquire);
+  if (state == SessionState::fresh) {
+    // The application initialised the driver without our cuInit (or not at all: then the driver
+    // answers CUDA_ERROR_NOT_INITIALIZED itself and we stay fresh). A bad configuration or
+    // SLICE_DISABLE decides at once.
+    const Config* config = session_config();
+    const auto count_devices = SLICE_REAL_CU(cuDeviceGetCount);
+    int count = 0;
+    if (config == nullptr || config->disable ||
+        (count_devices != nullptr && count_devices(&count) == CUDA_SUCCESS))
+      start_session();
+    state = g_state.load(std::memory_order_acquire);
+  }
+  failed = state == SessionState::failed;
+  return state == SessionState::running ? g_session.load(std::memory_order_acquire) : nullptr;
+}
+
+Session* current_session() noexcept {
+  return g_state.load(std::memory_order_acquire) == SessionState::running ? g_session.load(std::memory_order_acquire)
+                                                                          : nullptr;
+}
+
+namespace {
+std::atomic<std::uint64_t> g_context_generation{0};
+}  // namespace
+
+void contexts_changed() noexcept { g_context_generation.fetch_add(1, std::memory_order_release); }
+
+CurrentContext current_context(const Session& s) noexcept {
+  thread_local CUcontext cached = nullptr;
+  thread_local int cached_device = -1;
+  thread_local std::uint64_t cached_generation = ~0ull;
+  CUcontext ctx = nullptr;
+  const auto get_current = SLICE_REAL_CU(cuCtxGetCurrent);
+  if (get_current == nullptr || get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return {};
+  const std::uint64_t generation = g_context_generation.load(std::memory_order_acquire);
+  if (ctx != cached || generation != cached_generation) {
+    CUdevice device = 0;
+    const auto get_device = SLICE_REAL_CU(cuCtxGetDevice);
+    if (get_device == nullptr || get_device(&device) != CUDA_SUCCESS) return {};
+    cached = ctx;
+    cached_device = s.index_of(device);
+    cached_generation = generation;
+  }
+  return {reinterpret_cast<std::uint64_t>(ctx), cached_device};
+}
+
+bool charge(Session& s, int device, std::uint64_t bytes, const char* what) {
+  Refusal why;
+  if (s.coordinator->reserve(device, bytes, &why)) return true;
+  // Pools may have given memory back at a synchronisation since we last looked.
+  if (settle_pools(s, device) && s.coordinator->reserve(device, bytes, &why)) return true;
+  if (log::enabled(LogLevel::warn)) {
+    const SessionDevice& d = s.devices[device];
+    log::warn("tenant '" + s.config.tenant + "' GPU " + std::to_string(d.ordinal) + " (" + d.uuid_text + "): " +
+              what + " of " + describe_bytes(bytes) + " (" + std::to_string(bytes) + " bytes) refused: usage " +
+              describe_bytes(why.usage) + " of " + cap_text(why.cap) + "; CUDA_ERROR_OUT_OF_MEMORY");
+    if (log::enabled(LogLevel::debug)) log::debug("refused at:\n" + caller_backtrace());
+  }
+  return false;
+}
+
+void uncharge(Session& s, int device, std::uint64_t bytes) noexcept {
+  if (bytes != 0) s.coordinator->release(device, bytes);
+}
+
+}  // namespace slice::shim

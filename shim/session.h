@@ -1,0 +1,97 @@
+// The process's libslice session: its configuration (read once), its tenant, its membership of the
+// coordinator, its GPUs by UUID, and what it holds. Started by cuInit (or, where the application
+// initialised the driver some other way, by the first hook that needs it); nothing happens at load.
+//
+// States: fresh (nothing decided yet), passthrough (SLICE_DISABLE=1: libslice is not there),
+// failed (bad configuration or an unusable coordinator: every hooked CUDA call fails with
+// CUDA_ERROR_INVALID_VALUE, never "unlimited"), running (memory is charged).
+#pragma once
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allocation_table.h"
+#include "config.h"
+#include "coordinator.h"
+
+namespace slice::shim {
+
+enum class SessionState : int { fresh, passthrough, failed, running };
+
+struct SessionDevice {
+  CUdevice handle = 0;   // the driver's, for the ordinal below
+  int ordinal = 0;       // as this process numbers devices (CUDA_VISIBLE_DEVICES applied)
+  Uuid uuid{};
+  std::string uuid_text;  // "GPU-..."
+  std::string name;
+  std::uint64_t total_bytes = 0;
+};
+
+class PoolAccounts;
+class VmmAccounts;
+
+struct Session {
+  Config config;
+  std::unique_ptr<Coordinator> coordinator;
+  std::vector<SessionDevice> devices;  // index = coordinator device index = ordinal
+  AllocationTable pointers;   // cuMemAlloc*, pitch, managed: base address -> charge
+  AllocationTable arrays;     // CUarray and CUmipmappedArray handles -> charge
+  AllocationTable ipc_opened; // memory another tenant exported, opened here: address -> charge
+  AllocationTable contexts;   // context handle -> what creating it took
+  // Each device's primary context while it is active (0: none), so its release can find it.
+  std::array<std::atomic<std::uint64_t>, kMaxDevices> primary_contexts{};
+  std::unique_ptr<PoolAccounts> pools;
+  std::unique_ptr<VmmAccounts> vmm;
+
+  Session();
+  ~Session();
+  // Device index of a driver device handle / UUID; -1 when unknown.
+  int index_of(CUdevice device) const;
+  int index_of_uuid(const std::string& uuid_text) const;
+};
+
+SessionState session_state() noexcept;
+
+// The configuration, parsed once from the environment; nullptr when it is invalid (the error line
+// is written once, at the first call that needs it).
+const Config* session_config() noexcept;
+
+// cuInit's part, after the driver's own cuInit succeeded: configure logging, name the tenant, join
+// the coordinator with the driver's devices. CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE (failed).
+CUresult start_session() noexcept;
+
+// The running session, starting it first if the driver is already initialised; nullptr when the
+// hook should pass the call through. `failed` is set when the hook must answer
+// CUDA_ERROR_INVALID_VALUE instead.
+Session* running_session(bool& failed) noexcept;
+
+// The running session if there is one; never starts anything (for reports and NVML).
+Session* current_session() noexcept;
+
+// The calling thread's current context: its handle (the owner key of what is allocated in it) and
+// its device as a session index (-1 when there is no context). One driver call; the device of a
+// context is remembered per thread until any context is destroyed.
+struct CurrentContext {
+  std::uint64_t key = 0;
+  int device = -1;
+};
+CurrentContext current_context(const Session& s) noexcept;
+inline int current_device_index(const Session& s) noexcept { return current_context(s).device; }
+// Forgets every thread's remembered context -> device (a destroyed context's handle may come back
+// for another device).
+void contexts_changed() noexcept;
+
+// Charges `bytes` on device `device` for `what` (a driver function's name), or writes the refusal's
+// warn line and returns false. `settle` runs before refusing, to bring held memory (pools) up to
+// date, and is retried once.
+bool charge(Session& s, int device, std::uint64_t bytes, const char* what);
+void uncharge(Session& s, int device, std::uint64_t bytes) noexcept;
+
+}  // namespace slice::shim

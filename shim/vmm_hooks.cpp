@@ -1,0 +1,108 @@
+// Virtual memory management. cuMemCreate is the allocation: charged before the driver is asked.
+// The driver frees the memory when the handle is released AND every mapping of it is unmapped, so
+// the charge is given back only then; mapping and unmapping cost nothing extra.
+#include "accounts.h"
+#include "hook_support.h"
+
+namespace slice::shim {
+namespace {
+
+// Drops one reference; the caller holds the lock.
+void unreference_locked(Session& s, CUmemGenericAllocationHandle handle) {
+  const auto it = s.vmm->allocations.find(handle);
+  if (it == s.vmm->allocations.end()) return;
+  if (--it->second.references > 0) return;
+  uncharge(s, it->second.device, it->second.bytes);
+  s.vmm->allocations.erase(it);
+}
+
+}  // namespace
+}  // namespace slice::shim
+
+using namespace slice::shim;
+
+extern "C" SLICE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
+                                             const CUmemAllocationProp* prop, unsigned long long flags) {
+  const auto call = [&] { return SLICE_CALL_REAL(cuMemCreate, handle, size, prop, flags); };
+  return accounted(
+      [&](Session& s) {
+        // Only device memory is charged; host (and host NUMA) locations are not VRAM.
+        if (prop == nullptr || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) return call();
+        const int device = s.index_of(prop->location.id);
+        if (device < 0) return call();
+        const CUresult rc = charge_around(s, device, size, "cuMemCreate", call);
+        if (rc == CUDA_SUCCESS) {
+          std::lock_guard<std::mutex> lock(s.vmm->mu);
+          s.vmm->allocations[*handle] = VmmAccounts::Allocation{device, size, 1};
+        }
+        return rc;
+      },
+      call);
+}
+
+extern "C" SLICE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+  const auto call = [&] { return SLICE_CALL_REAL(cuMemRelease, handle); };
+  return accounted(
+      [&](Session& s) {
+        const CUresult rc = call();
+        if (rc == CUDA_SUCCESS) {
+          std::lock_guard<std::mutex> lock(s.vmm->mu);
+          unreference_locked(s, handle);
+        }
+        return rc;
+      },
+      call);
+}
+
+extern "C" SLICE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+  const auto call = [&] { return SLICE_CALL_REAL(cuMemRetainAllocationHandle, handle, addr); };
+  return accounted(
+      [&](Session& s) {
+        const CUresult rc = call();
+        if (rc == CUDA_SUCCESS) {
+          std::lock_guard<std::mutex> lock(s.vmm->mu);
+          const auto it = s.vmm->allocations.find(*handle);
+          if (it != s.vmm->allocations.end()) ++it->second.references;
+        }
+        return rc;
+      },
+      call);
+}
+
+extern "C" SLICE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                                          CUmemGenericAllocationHandle handle, unsigned long long flags) {
+  const auto call = [&] { return SLICE_CALL_REAL(cuMemMap, ptr, size, offset, handle, flags); };
+  return accounted(
+      [&](Session& s) {
+        const CUresult rc = call();
+        if (rc == CUDA_SUCCESS) {
+          std::lock_guard<std::mutex> lock(s.vmm->mu);
+          const auto it = s.vmm->allocations.find(handle);
+          if (it != s.vmm->allocations.end()) {
+            ++it->second.references;
+            s.vmm->mappings[ptr] = VmmAccounts::Mapping{handle, size};
+          }
+        }
+        return rc;
+      },
+      call);
+}
+
+extern "C" SLICE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+  const auto call = [&] { return SLICE_CALL_REAL(cuMemUnmap, ptr, size); };
+  return accounted(
+      [&](Session& s) {
+        const CUresult rc = call();
+        if (rc == CUDA_SUCCESS) {
+          std::lock_guard<std::mutex> lock(s.vmm->mu);
+          auto it = s.vmm->mappings.lower_bound(ptr);
+          while (it != s.vmm->mappings.end() && it->first < ptr + size) {
+            const CUmemGenericAllocationHandle handle = it->second.handle;
+            it = s.vmm->mappings.erase(it);
+            unreference_locked(s, handle);
+          }
+        }
+        return rc;
+      },
+      call);
+}

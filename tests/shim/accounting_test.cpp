@@ -1,0 +1,516 @@
+// libslice's memory accounting on the simulated GPU: this test runs under LD_PRELOAD=libslice.so
+// with SLICE_MEMORY_LIMIT=1Gi on an 8 GiB device (CMake sets the environment), so every refusal
+// below is libslice's, not the device's. Every allocation path is filled to the cap exactly, freed,
+// and filled again; the reports (cuMemGetInfo, cuDeviceTotalMem, NVML) must show the slice.
+// Child processes (this program again, with --child MODE) cover a second member of the tenant, the
+// exported tenant name and failing closed.
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "nvml_api.h"
+
+extern char** environ;
+
+namespace {
+
+constexpr std::uint64_t kMiB = 1ull << 20;
+constexpr std::uint64_t kCap = 1024 * kMiB;
+
+std::string g_self;
+std::string g_log;
+
+#define CU_OK(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int count_lines(const std::string& text, const std::string& needle) {
+  int n = 0;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) n += line.find(needle) != std::string::npos;
+  return n;
+}
+
+struct MemInfo {
+  std::size_t free = 0, total = 0;
+};
+MemInfo mem_info() {
+  MemInfo m;
+  EXPECT_EQ(cuMemGetInfo_v2(&m.free, &m.total), CUDA_SUCCESS);
+  return m;
+}
+
+// Starts this program with --child MODE and extra environment ("NAME=" alone removes NAME); its
+// output goes to a file of the test's temporary directory.
+pid_t spawn_child(const std::string& mode, const std::vector<std::string>& env_changes, std::string& out_path) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    bool replaced = false;
+    for (const std::string& change : env_changes)
+      if (entry.substr(0, entry.find('=') + 1) == change.substr(0, change.find('=') + 1)) replaced = true;
+    if (!replaced) env.push_back(entry);
+  }
+  for (const std::string& change : env_changes)
+    if (change.back() != '=') env.push_back(change);
+  std::vector<char*> envp;
+  for (std::string& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  static int serial = 0;
+  out_path = std::string(std::getenv("SLICE_TEST_TMPDIR")) + "/child-" + std::to_string(getpid()) + "-" +
+             std::to_string(++serial) + ".out";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  std::string arg_child = "--child", arg_mode = mode;
+  char* argv[] = {g_self.data(), arg_child.data(), arg_mode.data(), nullptr};
+  pid_t pid = 0;
+  const int err = posix_spawn(&pid, g_self.c_str(), &actions, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  return err == 0 ? pid : -1;
+}
+
+int wait_child(pid_t pid) {
+  int status = 0;
+  if (pid <= 0 || waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Runs a child to its end; returns its exit status and output.
+int run_child(const std::string& mode, const std::vector<std::string>& env_changes, std::string* output = nullptr) {
+  std::string out_path;
+  const int rc = wait_child(spawn_child(mode, env_changes, out_path));
+  if (output != nullptr) *output = read_file(out_path);
+  return rc;
+}
+
+class Accounting : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ASSERT_EQ(cuInit(0), CUDA_SUCCESS);
+    ASSERT_EQ(cuDeviceGet(&device_, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuDevicePrimaryCtxRetain(&context_, device_), CUDA_SUCCESS);
+  }
+  void SetUp() override {
+    ASSERT_EQ(cuCtxSetCurrent(context_), CUDA_SUCCESS);
+    const MemInfo m = mem_info();
+    ASSERT_EQ(m.total, kCap);
+    ASSERT_EQ(m.free, kCap) << "a previous test left memory charged";
+  }
+  static CUdevice device_;
+  static CUcontext context_;
+};
+CUdevice Accounting::device_ = 0;
+CUcontext Accounting::context_ = nullptr;
+
+TEST_F(Accounting, MemAllocRefusedExactlyAtTheCapAndAgainAfterAFree) {
+  const std::string log_before = read_file(g_log);
+  std::vector<CUdeviceptr> blocks;
+  for (int i = 0; i < 4; ++i) {
+    CUdeviceptr p = 0;
+    CU_OK(cuMemAlloc_v2(&p, 256 * kMiB));
+    blocks.push_back(p);
+  }
+  EXPECT_EQ(mem_info().free, 0u);
+  CUdeviceptr extra = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&extra, 1), CUDA_ERROR_OUT_OF_MEMORY);  // one byte past the cap
+  const std::string log = read_file(g_log).substr(log_before.size());
+  EXPECT_EQ(count_lines(log, " warn: "), 1) << log;
+  EXPECT_NE(log.find("tenant 'acct' GPU 0 (GPU-"), std::string::npos) << log;
+  EXPECT_NE(log.find("cuMemAlloc of 1 B"), std::string::npos) << log;
+  EXPECT_NE(log.find("usage 1.0 GiB of cap 1.0 GiB"), std::string::npos) << log;
+  CU_OK(cuMemFree_v2(blocks.back()));
+  blocks.pop_back();
+  EXPECT_EQ(mem_info().free, 256 * kMiB);
+  CU_OK(cuMemAlloc_v2(&extra, 256 * kMiB));
+  blocks.push_back(extra);
+  for (CUdeviceptr p : blocks) CU_OK(cuMemFree_v2(p));
+}
+
+TEST_F(Accounting, AFailedDriverCallGivesTheChargeBack) {
+  CUdeviceptr p = 0;
+  EXPECT_EQ(cuMemAllocPitch_v2(&p, nullptr, 1024, 1024, 4), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(cuMemFree_v2(0x1234), CUDA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(mem_info().free, kCap);
+}
+
+TEST_F(Accounting, PitchChargesThePitchTimesTheHeight) {
+  CUdeviceptr p = 0;
+  std::size_t pitch = 0;
+  CU_OK(cuMemAllocPitch_v2(&p, &pitch, 4000, 1000, 4));
+  EXPECT_GT(pitch, 4000u);
+  EXPECT_EQ(mem_info().free, kCap - pitch * 1000);
+  CU_OK(cuMemFree_v2(p));
+  // Fits by width x height but not by pitch x height: refused.
+  CUdeviceptr taken = 0;
+  CU_OK(cuMemAlloc_v2(&taken, kMiB + 1));  // leaves 1023 MiB - 1 byte
+  CUdeviceptr big = 0;
+  EXPECT_EQ(cuMemAllocPitch_v2(&big, &pitch, kMiB - 511, 1023, 4), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_OK(cuMemFree_v2(taken));
+  CU_OK(cuMemAllocPitch_v2(&big, &pitch, kMiB - 511, 1023, 4));  // and fits once there is room
+  EXPECT_EQ(mem_info().free, kCap - pitch * 1023);
+  CU_OK(cuMemFree_v2(big));
+}
+
+TEST_F(Accounting, ManagedMemoryIsCharged) {
+  CUdeviceptr p = 0;
+  CU_OK(cuMemAllocManaged(&p, 768 * kMiB, CU_MEM_ATTACH_GLOBAL));
+  EXPECT_EQ(mem_info().free, 256 * kMiB);
+  CUdeviceptr q = 0;
+  EXPECT_EQ(cuMemAllocManaged(&q, 512 * kMiB, CU_MEM_ATTACH_GLOBAL), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_OK(cuMemFree_v2(p));
+}
+
+TEST_F(Accounting, HostMemoryIsNotCharged) {
+  void* host = nullptr;
+  CU_OK(cuMemAllocHost_v2(&host, 2 * kCap));
+  EXPECT_EQ(mem_info().free, kCap);
+  CU_OK(cuMemFreeHost(host));
+}
+
+TEST_F(Accounting, PoolMemoryStaysChargedUntilThePoolGivesItBack) {
+  CUmemoryPool pool = nullptr;
+  CU_OK(cuDeviceGetDefaultMemPool(&pool, device_));
+  cuuint64_t keep_all = ~0ull;
+  CU_OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all));
+  CUstream stream = nullptr;
+  CU_OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a = 0, b = 0;
+  CU_OK(cuMemAllocAsync(&a, 512 * kMiB, stream));
+  CU_OK(cuMemAllocAsync(&b, 512 * kMiB, stream));
+  EXPECT_EQ(mem_info().free, 0u);
+  CUdeviceptr c = 0;
+  EXPECT_EQ(cuMemAllocAsync(&c, 2 * kMiB, stream), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_OK(cuMemFreeAsync(a, stream));
+  CU_OK(cuStreamSynchronize(stream));
+  // The pool keeps what was freed (release threshold: everything): still in use, still charged...
+  EXPECT_EQ(mem_info().free, 0u);
+  CUdeviceptr plain = 0;
+  EXPECT_EQ(cuMemAlloc_v2(&plain, 2 * kMiB), CUDA_ERROR_OUT_OF_MEMORY);
+  // ...but the pool can hand it out again without growing.
+  CU_OK(cuMemAllocAsync(&c, 512 * kMiB, stream));
+  CU_OK(cuMemFreeAsync(c, stream));
+  CU_OK(cuMemFreeAsync(b, stream));
+  CU_OK(cuStreamSynchronize(stream));
+  EXPECT_EQ(mem_info().free, 0u);
+  CU_OK(cuMemPoolTrimTo(pool, 0));  // given back: the charge follows
+  EXPECT_EQ(mem_info().free, kCap);
+  // Release threshold 0: the pool gives memory back at the next synchronisation.
+  cuuint64_t keep_none = 0;
+  CU_OK(cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_none));
+  CU_OK(cuMemAllocAsync(&a, 1000 * kMiB, stream));
+  CU_OK(cuMemFreeAsync(a, stream));
+  CU_OK(cuStreamSynchronize(stream));
+  EXPECT_EQ(mem_info().free, kCap);
+  CU_OK(cuMemAlloc_v2(&plain, kCap));  // and the whole cap is usable again
+  CU_OK(cuMemFree_v2(plain));
+  CU_OK(cuStreamDestroy_v2(stream));
+}
+
+TEST_F(Accounting, ExplicitPoolsAreChargedAndDestroyGivesBack) {
+  CUmemPoolProps props{};
+  props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  props.location.id = device_;
+  CUmemoryPool pool = nullptr;
+  CU_OK(cuMemPoolCreate(&pool, &props));
+  CUstream stream = nullptr;
+  CU_OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUdeviceptr a = 0;
+  CU_OK(cuMemAllocFromPoolAsync(&a, 768 * kMiB, pool, stream));
+  EXPECT_EQ(mem_info().free, 256 * kMiB);
+  CUdeviceptr b = 0;
+  EXPECT_EQ(cuMemAllocFromPoolAsync(&b, 512 * kMiB, pool, stream), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_OK(cuMemFreeAsync(a, stream));
+  CU_OK(cuStreamSynchronize(stream));
+  CU_OK(cuMemPoolDestroy(pool));
+  EXPECT_EQ(mem_info().free, kCap);
+  CU_OK(cuStreamDestroy_v2(stream));
+}
+
+TEST_F(Accounting, VmmIsChargedUntilReleasedAndUnmapped) {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device_;
+  std::size_t granularity = 0;
+  CU_OK(cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+  const std::size_t half = kCap / 2;
+  ASSERT_EQ(half % granularity, 0u);
+  CUmemGenericAllocationHandle h1 = 0, h2 = 0, h3 = 0;
+  CU_OK(cuMemCreate(&h1, half, &prop, 0));
+  CU_OK(cuMemCreate(&h2, half, &prop, 0));
+  EXPECT_EQ(cuMemCreate(&h3, granularity, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  // Map h1, then release it: the driver keeps the memory while it is mapped, and so does the charge.
+  CUdeviceptr va = 0;
+  CU_OK(cuMemAddressReserve(&va, half, 0, 0, 0));
+  CU_OK(cuMemMap(va, half, 0, h1, 0));
+  CU_OK(cuMemRelease(h1));
+  EXPECT_EQ(mem_info().free, 0u);
+  EXPECT_EQ(cuMemCreate(&h3, granularity, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_OK(cuMemUnmap(va, half));
+  EXPECT_EQ(mem_info().free, half);
+  CU_OK(cuMemAddressFree(va, half));
+  CU_OK(cuMemRelease(h2));
+  EXPECT_EQ(mem_info().free, kCap);
+  // Host memory through VMM is not VRAM.
+  CUmemAllocationProp host = prop;
+  host.location.type = CU_MEM_LOCATION_TYPE_HOST;
+  host.location.id = 0;
+  CUmemGenericAllocationHandle hh = 0;
+  if (cuMemCreate(&hh, 2 * kCap, &host, 0) == CUDA_SUCCESS) {
+    EXPECT_EQ(mem_info().free, kCap);
+    CU_OK(cuMemRelease(hh));
+  }
+}
+
+TEST_F(Accounting, ArraysLayeredArraysAndMipmapsAreCharged) {
+  CUDA_ARRAY_DESCRIPTOR d{};
+  d.Width = 8192;  // 8192 x float = 32 KiB rows, no padding
+  d.Height = 8192;
+  d.Format = CU_AD_FORMAT_FLOAT;
+  d.NumChannels = 1;
+  std::vector<CUarray> arrays(4);
+  for (CUarray& a : arrays) CU_OK(cuArrayCreate_v2(&a, &d));  // 4 x 256 MiB
+  EXPECT_EQ(mem_info().free, 0u);
+  CUarray more = nullptr;
+  d.Height = 1;
+  EXPECT_EQ(cuArrayCreate_v2(&more, &d), CUDA_ERROR_OUT_OF_MEMORY);
+  for (CUarray a : arrays) CU_OK(cuArrayDestroy(a));
+  EXPECT_EQ(mem_info().free, kCap);
+
+  CUDA_ARRAY3D_DESCRIPTOR d3{};
+  d3.Width = 1000;  // 4000-byte rows pad to 4096
+  d3.Height = 1024;
+  d3.Depth = 64;
+  d3.Format = CU_AD_FORMAT_FLOAT;
+  d3.NumChannels = 1;
+  d3.Flags = CUDA_ARRAY3D_LAYERED;
+  CUarray layered = nullptr;
+  CU_OK(cuArray3DCreate_v2(&layered, &d3));
+  EXPECT_EQ(mem_info().free, kCap - 4096ull * 1024 * 64);
+  CUmipmappedArray mip = nullptr;
+  d3.Flags = 0;
+  d3.Depth = 0;
+  d3.Width = 4096;  // levels: 16 MiB + 4 MiB + 1 MiB
+  d3.Height = 1024;
+  CU_OK(cuMipmappedArrayCreate(&mip, &d3, 3));
+  EXPECT_EQ(mem_info().free, kCap - 4096ull * 1024 * 64 - 21 * kMiB);
+  CU_OK(cuArrayDestroy(layered));
+  CU_OK(cuMipmappedArrayDestroy(mip));
+  EXPECT_EQ(mem_info().free, kCap);
+  d3.Width = 16384;  // 64 KiB rows x 16384 = 1 GiB for level 0 alone, plus the others: refused
+  d3.Height = 16384;
+  EXPECT_EQ(cuMipmappedArrayCreate(&mip, &d3, 2), CUDA_ERROR_OUT_OF_MEMORY);
+}
+
+TEST_F(Accounting, ReportsShowTheSlice) {
+  std::size_t total = 0;
+  CU_OK(cuDeviceTotalMem_v2(&total, device_));
+  EXPECT_EQ(total, kCap);
+  CUdeviceptr p = 0;
+  CU_OK(cuMemAlloc_v2(&p, 100 * kMiB));
+  ASSERT_EQ(nvmlInit_v2(), NVML_SUCCESS);
+  // The same GPU through NVML, found by its UUID.
+  CUuuid cu_uuid;
+  CU_OK(cuDeviceGetUuid_v2(&cu_uuid, device_));
+  char uuid[64];
+  const auto* u = reinterpret_cast<const unsigned char*>(cu_uuid.bytes);
+  std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+                u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+  nvmlDevice_t nvml_device = nullptr;
+  ASSERT_EQ(nvmlDeviceGetHandleByUUID(uuid, &nvml_device), NVML_SUCCESS) << uuid;
+  nvmlMemory_t v1{};
+  ASSERT_EQ(nvmlDeviceGetMemoryInfo(nvml_device, &v1), NVML_SUCCESS);
+  EXPECT_EQ(v1.total, kCap);
+  EXPECT_EQ(v1.free, kCap - 100 * kMiB);
+  EXPECT_EQ(v1.used, 100 * kMiB);
+  nvmlMemory_v2_t v2{};
+  v2.version = nvmlMemory_v2;
+  ASSERT_EQ(nvmlDeviceGetMemoryInfo_v2(nvml_device, &v2), NVML_SUCCESS);
+  EXPECT_EQ(v2.total, kCap);
+  EXPECT_EQ(v2.free, kCap - 100 * kMiB);
+  EXPECT_EQ(v2.used + v2.reserved + v2.free, v2.total);
+  // Running processes: this one (a member of the tenant), not a live process of another tenant.
+  std::string out_path;
+  const pid_t other = spawn_child("hold-other-tenant", {"SLICE_TENANT=other"}, out_path);
+  ASSERT_GT(other, 0);
+  for (int i = 0; i < 500 && read_file(out_path).find("ready") == std::string::npos; ++i) usleep(10000);
+  ASSERT_NE(read_file(out_path).find("ready"), std::string::npos) << read_file(out_path);
+  nvmlProcessInfo_t infos[16];
+  unsigned n = 16;
+  const nvmlReturn_t listed = nvmlDeviceGetComputeRunningProcesses_v3(nvml_device, &n, infos);
+  kill(other, SIGKILL);
+  wait_child(other);
+  ASSERT_EQ(listed, NVML_SUCCESS);
+  ASSERT_EQ(n, 1u);
+  EXPECT_EQ(infos[0].pid, static_cast<unsigned>(getpid()));
+  // Asking with no room gives the tenant's count, not the device's.
+  n = 0;
+  EXPECT_EQ(nvmlDeviceGetComputeRunningProcesses_v3(nvml_device, &n, nullptr), NVML_ERROR_INSUFFICIENT_SIZE);
+  EXPECT_EQ(n, 1u);
+  CU_OK(cuMemFree_v2(p));
+}
+
+TEST_F(Accounting, ASecondProcessOfTheTenantSharesTheCap) {
+  CUdeviceptr p = 0;
+  CU_OK(cuMemAlloc_v2(&p, 768 * kMiB));
+  std::string out;
+  EXPECT_EQ(run_child("fill", {}, &out), 0) << out;
+  EXPECT_NE(out.find("allocated 256 MiB"), std::string::npos) << out;  // the rest of the cap, not 1 GiB
+  CU_OK(cuMemFree_v2(p));
+}
+
+TEST_F(Accounting, AnUnnamedProcessExportsItsTenantToItsChildren) {
+  std::string out;
+  EXPECT_EQ(run_child("unnamed-parent", {"SLICE_TENANT="}, &out), 0) << out;
+}
+
+TEST_F(Accounting, BadConfigurationFailsClosed) {
+  std::string out;
+  EXPECT_EQ(run_child("expect-fail-closed", {"SLICE_MEMORY_LIMIT=12X", "SLICE_LOG_FILE="}, &out), 0) << out;
+  EXPECT_EQ(count_lines(out, " error: "), 1) << out;
+  EXPECT_NE(out.find("SLICE_MEMORY_LIMIT='12X'"), std::string::npos) << out;
+  EXPECT_NE(out.find("example: SLICE_MEMORY_LIMIT="), std::string::npos) << out;
+  EXPECT_EQ(run_child("expect-fail-closed", {"SLICE_COORDINATOR_DIR=relative/dir", "SLICE_LOG_FILE="}, &out), 0)
+      << out;
+  EXPECT_EQ(count_lines(out, " error: "), 1) << out;
+  EXPECT_NE(out.find("SLICE_COORDINATOR_DIR"), std::string::npos) << out;
+  // The escape hatch works even with the broken variable.
+  EXPECT_EQ(run_child("expect-uncapped", {"SLICE_MEMORY_LIMIT=12X", "SLICE_DISABLE=1"}, &out), 0) << out;
+}
+
+TEST_F(Accounting, ContextMemoryIsChargedAndDestroyingAContextFreesWhatWasInIt) {
+  // A machine of its own whose contexts take 300 MiB each, as real ones take hundreds of MiB.
+  const std::string tmp = std::getenv("SLICE_TEST_TMPDIR");
+  std::string out;
+  EXPECT_EQ(run_child("contexts", {"SIMGPU_STATE=" + tmp + "/ctx-state", "SIMGPU_CONTEXT_BYTES=300Mi",
+                                   "SLICE_COORDINATOR_DIR=" + tmp + "/ctx-coordinator", "SLICE_LOG_FILE="},
+                      &out),
+            0)
+      << out;
+  EXPECT_EQ(count_lines(out, " warn: "), 1) << out;  // the one refused context
+  EXPECT_NE(out.find("cuCtxCreate of 300.0 MiB"), std::string::npos) << out;
+}
+
+// ---- child modes ----
+
+int child_fail(const char* what) {
+  std::fprintf(stdout, "child: %s\n", what);
+  return 1;
+}
+
+int child_main(const std::string& mode) {
+  if (mode == "expect-fail-closed") {
+    if (cuInit(0) != CUDA_ERROR_INVALID_VALUE) return child_fail("cuInit did not fail closed");
+    CUdeviceptr p = 0;
+    if (cuMemAlloc_v2(&p, 1) != CUDA_ERROR_INVALID_VALUE) return child_fail("cuMemAlloc did not fail closed");
+    std::size_t f = 0, t = 0;
+    if (cuMemGetInfo_v2(&f, &t) != CUDA_ERROR_INVALID_VALUE) return child_fail("cuMemGetInfo did not fail closed");
+    if (cuInit(0) != CUDA_ERROR_INVALID_VALUE) return child_fail("a second cuInit did not fail");
+    return 0;
+  }
+  if (cuInit(0) != CUDA_SUCCESS) return child_fail("cuInit");
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  if (cuDeviceGet(&dev, 0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
+      cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+    return child_fail("context");
+  if (mode == "contexts") {
+    std::size_t f = 0, t = 0;
+    const auto free_is = [&](std::uint64_t expected, const char* when) {
+      cuMemGetInfo_v2(&f, &t);
+      if (f == expected) return true;
+      std::printf("child: free %zu MiB %s, expected %llu MiB\n", f >> 20, when,
+                  static_cast<unsigned long long>(expected >> 20));
+      return false;
+    };
+    if (!free_is(kCap - 300 * kMiB, "with the primary context")) return 1;
+    CUcontext a = nullptr, b = nullptr, c = nullptr;
+    if (cuCtxCreate_v2(&a, 0, dev) != CUDA_SUCCESS || cuCtxCreate_v2(&b, 0, dev) != CUDA_SUCCESS)
+      return child_fail("cuCtxCreate");
+    if (!free_is(kCap - 900 * kMiB, "with three contexts")) return 1;
+    if (cuCtxCreate_v2(&c, 0, dev) != CUDA_ERROR_OUT_OF_MEMORY) return child_fail("a fourth context fitted");
+    if (!free_is(kCap - 900 * kMiB, "after the refused context")) return 1;
+    CUdeviceptr p = 0;  // b is current (cuCtxCreate makes the new context current)
+    if (cuMemAlloc_v2(&p, 100 * kMiB) != CUDA_SUCCESS) return child_fail("alloc in b");
+    if (cuCtxDestroy_v2(b) != CUDA_SUCCESS) return child_fail("destroy b");
+    if (cuCtxSetCurrent(a) != CUDA_SUCCESS) return child_fail("set a");
+    if (!free_is(kCap - 600 * kMiB, "after destroying b and what was in it")) return 1;
+    if (cuCtxDestroy_v2(a) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS) return child_fail("destroy a");
+    if (!free_is(kCap - 300 * kMiB, "after destroying a")) return 1;
+    if (cuDevicePrimaryCtxRelease_v2(dev) != CUDA_SUCCESS) return child_fail("release");
+    if (cuCtxCreate_v2(&a, 0, dev) != CUDA_SUCCESS) return child_fail("cuCtxCreate after the release");
+    return free_is(kCap - 300 * kMiB, "with only a new context") ? 0 : 1;
+  }
+  if (mode == "expect-uncapped") {
+    std::size_t f = 0, t = 0;
+    cuMemGetInfo_v2(&f, &t);
+    return t > kCap ? 0 : child_fail("capped although SLICE_DISABLE=1");
+  }
+  if (mode == "hold-other-tenant") {  // holds memory until killed
+    CUdeviceptr p = 0;
+    if (cuMemAlloc_v2(&p, 64 * kMiB) != CUDA_SUCCESS) return child_fail("alloc");
+    std::printf("ready\n");
+    std::fflush(stdout);
+    for (int i = 0; i < 3000; ++i) usleep(10000);  // killed long before; never outlives a hung test by much
+    return 0;
+  }
+  if (mode == "fill" || mode == "fill-quiet") {
+    std::uint64_t got = 0;
+    CUdeviceptr p = 0;
+    while (cuMemAlloc_v2(&p, 64 * kMiB) == CUDA_SUCCESS) got += 64 * kMiB;
+    std::printf("allocated %llu MiB\n", static_cast<unsigned long long>(got / kMiB));
+    return 0;
+  }
+  if (mode == "unnamed-parent") {
+    const char* tenant = std::getenv("SLICE_TENANT");
+    if (tenant == nullptr || std::strlen(tenant) < 3) return child_fail("SLICE_TENANT not exported");
+    std::printf("tenant %s\n", tenant);
+    CUdeviceptr p = 0;
+    if (cuMemAlloc_v2(&p, 512 * kMiB) != CUDA_SUCCESS) return child_fail("alloc");
+    // Its child inherits the name (no SLICE_TENANT change) and shares the budget.
+    std::string out;
+    if (run_child("fill", {}, &out) != 0) return child_fail("grandchild");
+    std::printf("grandchild: %s", out.c_str());
+    return out.find("allocated 512 MiB") != std::string::npos ? 0 : child_fail("grandchild had another budget");
+  }
+  return child_fail("unknown mode");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_self = "/proc/self/exe";
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+  if (n > 0) g_self.assign(path, static_cast<std::size_t>(n));
+  if (argc == 3 && std::string(argv[1]) == "--child") return child_main(argv[2]);
+  const char* tmp = std::getenv("SLICE_TEST_TMPDIR");
+  if (tmp == nullptr) {
+    std::fprintf(stderr, "run through tests/run_isolated.sh\n");
+    return 2;
+  }
+  g_log = std::string(tmp) + "/slice.log";
+  setenv("SLICE_LOG_FILE", g_log.c_str(), 1);  // read at the first CUDA call, below
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
