@@ -1,11 +1,134 @@
 #!/usr/bin/env bash
 # Builds and runs the benchmarks; prints their figures (the README quotes them).
+#   SLICE_BUILD_DIR=DIR   use an already built tree in DIR instead of building build/ with setup.sh
+#                         (not passed on: libslice refuses SLICE_* names it does not know)
+#   SHIM_BENCH_ROUNDS=N   rounds of the with/without libslice comparison (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+if [ -n "${SLICE_BUILD_DIR:-}" ]; then
+  build=$(cd "$SLICE_BUILD_DIR" && pwd)
+  unset SLICE_BUILD_DIR
+else
+  scripts/setup.sh
+  build=$PWD/build
+fi
+rounds=${SHIM_BENCH_ROUNDS:-20}
+[[ "$rounds" =~ ^[1-9][0-9]?$ ]] || { echo "bench: SHIM_BENCH_ROUNDS must be 1..99, not '$rounds'"; exit 2; }
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/slice-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export SIMGPU_STATE="$work/simgpu-state" SLICE_COORDINATOR_DIR="$work/coordinator"
-build/bin/simgpu_bench
+"$build/bin/simgpu_bench"
 echo
-build/bin/coordinator_bench
+"$build/bin/coordinator_bench"
+echo
+
+# ---- What libslice adds: tests/bench/shim_bench.cpp, with and without LD_PRELOAD, in one run ----
+# The machine is shared and noisy, so absolute figures mean little: each mode runs alternately with
+# and without libslice (the order swaps every round), and only medians and their difference count.
+# Both sides see the same variables; a memory cap and a tenant make libslice take its accounting path.
+slice=$build/lib/libslice.so
+bench=$build/bin/shim_bench
+for f in "$slice" "$bench"; do
+  [ -e "$f" ] || { echo "bench: $f is missing (build the slice_shim and shim_bench targets)"; exit 1; }
+done
+export SLICE_MEMORY_LIMIT=16Gi SLICE_TENANT=bench
+
+# The figures mean something only if the program's calls reach libslice's exports.
+if ! LD_DEBUG=bindings LD_PRELOAD=$slice "$bench" launch 1 >/dev/null 2>"$work/bindings" \
+   || ! LD_DEBUG=bindings LD_PRELOAD=$slice "$bench" first-alloc >/dev/null 2>>"$work/bindings"; then
+  grep -Ev '^ *[0-9]+:' "$work/bindings" | tail -20
+  echo "bench: shim_bench failed under libslice"
+  exit 1
+fi
+for sym in cuLaunchKernel cuMemAlloc_v2 cuMemFree_v2; do
+  if ! grep -qF "to $slice [0]: normal symbol \`$sym'" "$work/bindings"; then
+    echo "bench: under LD_PRELOAD, shim_bench's $sym does not bind to $slice:"
+    grep "symbol \`$sym'" "$work/bindings" | head -3
+    exit 1
+  fi
+done
+
+# ROUNDS rounds; in each, every mode runs once without and once with libslice, in swapped order
+# every other round. Each run prints `name value_ns` lines, kept as `round side name value_ns`.
+run() {  # round side mode arg
+  local round=$1 side=$2 out
+  shift 2
+  if [ "$side" = with ]; then
+    out=$(LD_PRELOAD=$slice "$bench" "$@" 2>>"$work/stderr") || { tail -20 "$work/stderr"; echo "bench: shim_bench $* ($side libslice) failed"; exit 1; }
+  else
+    out=$("$bench" "$@" 2>>"$work/stderr") || { tail -20 "$work/stderr"; echo "bench: shim_bench $* ($side libslice) failed"; exit 1; }
+  fi
+  { grep -v '^#' <<< "$out" || true; } | sed "s/^/$round $side /" >> "$work/results"
+}
+: > "$work/results"
+: > "$work/stderr"
+for ((r = 0; r < rounds; r++)); do
+  if ((r % 2 == 0)); then order="without with"; else order="with without"; fi
+  for mode in "launch 15" "alloc 40" "crowded 15" "startup 3"; do
+    for side in $order; do
+      # shellcheck disable=SC2086  # mode is a name and a count
+      run "$r" "$side" $mode
+    done
+  done
+done
+
+python3 - "$work/results" "$rounds" <<'EOF'
+import statistics, sys
+from collections import defaultdict
+
+rows = [  # name, operation, target (ns, or None)
+    ("launch", "cuLaunchKernel (empty kernel, batches of 1000)", 50),
+    ("alloc_free", "cuMemAlloc_v2 + cuMemFree_v2, 4 KiB .. 1 MiB", 1000),
+    ("free_10k_live", "cuMemFree_v2, 10,000 live allocations", 1000),
+    ("alloc_10k_live", "cuMemAlloc_v2, 10,000 live allocations", 1000),
+    ("startup_first_alloc", "start-up until the first cuMemAlloc_v2 returned", None),
+    ("startup_process", "whole first-alloc process (fork to reaped)", None),
+]
+samples = defaultdict(list)   # (side, name) -> every sample
+per_round = defaultdict(list)  # (side, name, round) -> that round's samples
+for line in open(sys.argv[1]):
+    rnd, side, name, value = line.split()
+    samples[(side, name)].append(float(value))
+    per_round[(side, name, rnd)].append(float(value))
+
+def fmt(ns, us, sign=False):
+    s = "+" if sign and ns >= 0 else ""
+    return f"{s}{ns / 1000:.0f} us" if us else f"{s}{ns:.0f} ns"
+
+def quartiles(v):
+    if len(v) < 4:
+        return min(v), max(v)
+    q = statistics.quantiles(v, n=4)
+    return q[0], q[2]
+
+print(f"libslice's cost: medians, alternating with/without LD_PRELOAD over {sys.argv[2]} rounds")
+print("(SLICE_MEMORY_LIMIT=16Gi, SLICE_TENANT=bench; host time; added = with - without; spread = the")
+print(" middle half of the rounds' own differences)")
+print(f"  {'operation':<50} {'without':>9} {'with':>9} {'added':>9} {'ratio':>5} {'spread':>15} {'target':>10}  result")
+for name, label, target in rows:
+    a, b = samples.get(("without", name)), samples.get(("with", name))
+    if not a or not b:
+        print(f"  {label:<50} (no samples)")
+        continue
+    ma, mb = statistics.median(a), statistics.median(b)
+    us = ma >= 100000
+    added = mb - ma
+    diffs = [statistics.median(per_round[("with", name, r)]) - statistics.median(per_round[("without", name, r)])
+             for r in sorted({k[2] for k in per_round if k[1] == name})
+             if per_round[("with", name, r)] and per_round[("without", name, r)]]
+    lo, hi = quartiles(diffs)
+    spread = f"{fmt(lo, us, True)}..{fmt(hi, us, True).split()[0]}"
+    tgt = f"< {fmt(target, False)}" if target else "-"
+    verdict = ("ok" if added < target else "over") if target else "-"
+    print(f"  {label:<50} {fmt(ma, us):>9} {fmt(mb, us):>9} {fmt(added, us, True):>9} {mb / ma:>5.2f} "
+          f"{spread:>15} {tgt:>10}  {verdict}")
+n = {name: len(samples.get(("with", name), [])) for name, _, _ in rows}
+print(f"  samples each side: {n['launch']} batches of 1000 launches, {n['alloc_free']} of 1000 alloc+free pairs, "
+      f"{n['free_10k_live']} loops of 2000 calls timed alone")
+print(f"  (their mean without the slowest 1%), {n['startup_process']} processes")
+EOF
+if [ -s "$work/stderr" ]; then
+  echo "standard error of the runs (count, line):"
+  sort "$work/stderr" | uniq -c | sort -rn | head -10
+fi
