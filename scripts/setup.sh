@@ -63,8 +63,8 @@ if [ $with_python = 1 ]; then
     mkdir -p build
     python3 -m venv build/venv
   fi
-  # Real clients that nobody here wrote, from PyPI: NVIDIA's cuda-bindings and nvidia-ml-py.
-  build/venv/bin/python -m pip install -q --disable-pip-version-check cuda-bindings nvidia-ml-py pytest
+  # Real clients that nobody here wrote, from PyPI: NVIDIA's cuda-bindings, nvidia-ml-py and nvitop.
+  build/venv/bin/python -m pip install -q --disable-pip-version-check cuda-bindings nvidia-ml-py nvitop pytest
   cmake_args+=(-DSLICE_TEST_PYTHON="$PWD/build/venv/bin/python")
 fi
 

@@ -24,11 +24,12 @@ def process_entry(stat, pid, device=0):
 
 @pytest.fixture
 def load_process():
-    """Starts simgpu-load with the given options and waits until it is ready; kills it afterwards."""
+    """Starts simgpu-load with the given options (and environment, default this one's) and waits
+    until it is ready; kills it afterwards."""
     started = []
 
-    def start(*args):
-        proc = subprocess.Popen([SIMGPU_LOAD, *map(str, args)], stdout=subprocess.PIPE, text=True)
+    def start(*args, env=None):
+        proc = subprocess.Popen([SIMGPU_LOAD, *map(str, args)], stdout=subprocess.PIPE, text=True, env=env)
         line = proc.stdout.readline()
         assert line.strip() == "ready", f"simgpu-load did not start: {line!r}"
         started.append(proc)
