@@ -24,6 +24,31 @@ check() {  # check NAME COMMAND...
 check build-procaddr g++ -std=c++17 -O2 -I"$cuda_home/include" tests/gpu/procaddr_real.cpp -o "$out/procaddr_real" -ldl
 check procaddr-real "$out/procaddr_real" tests/data/cudart13-procaddr-lookups.tsv
 
+# 2. libslice on the real driver: the CUDA runtime and (where installed) PyTorch see the cap and are
+#    refused at it; the trace log records which launch entry points the runtime fetched.
+slice=build/lib/libslice.so
+cap=$((2 * 1024 * 1024 * 1024))
+if [ -f "$slice" ]; then
+  coordinator=$out/coordinator
+  check build-driver-cap g++ -std=c++17 -O2 -I"$cuda_home/include" tests/gpu/driver_cap.cpp -o "$out/driver_cap" \
+    -L"$cuda_home/lib64/stubs" -lcuda
+  check driver-cap env LD_PRELOAD="$PWD/$slice" SLICE_MEMORY_LIMIT=$cap SLICE_COORDINATOR_DIR="$coordinator" \
+    "$out/driver_cap" $cap
+  check build-runtime-cap "$cuda_home/bin/nvcc" -O2 tests/gpu/runtime_cap.cu -o "$out/runtime_cap"
+  check runtime-cap env LD_PRELOAD="$PWD/$slice" SLICE_MEMORY_LIMIT=$cap SLICE_COORDINATOR_DIR="$coordinator" \
+    SLICE_LOG_LEVEL=trace SLICE_LOG_FILE="$out/runtime-trace.log" "$out/runtime_cap" $cap
+  echo "launch entry points the runtime fetched through cuGetProcAddress:"
+  grep -o 'cuGetProcAddress: cu[A-Za-z]*Launch[A-Za-z_]*[^;]*' "$out/runtime-trace.log" | sort -u | head -20
+  if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+    check torch-cap env LD_PRELOAD="$PWD/$slice" SLICE_MEMORY_LIMIT=$cap SLICE_COORDINATOR_DIR="$coordinator" \
+      python3 tests/gpu/torch_cap.py $cap
+  else
+    summary+=("SKIP  torch-cap (no PyTorch with CUDA here)")
+  fi
+else
+  summary+=("FAIL  libslice (build/lib/libslice.so not carried here)"); failures=$((failures + 1))
+fi
+
 echo
 echo "== tests/gpu summary =="
 printf '%s\n' "${summary[@]}"
