@@ -1,6 +1,7 @@
 #include "device_arena.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 namespace simgpu {
 
@@ -19,6 +20,35 @@ bool DeviceArena::reserve(std::size_t bytes) {
   end_ = begin_ + bytes;
   insert_free_locked(begin_, bytes);
   return true;
+}
+
+bool DeviceArena::reserve_shared(std::size_t bytes, std::size_t tail_bytes) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (begin_) return true;
+  const int fd = memfd_create("simgpu-device-memory", MFD_CLOEXEC);
+  if (fd < 0) return false;
+  // A sparse file: tmpfs gives it pages only where they are written.
+  if (ftruncate(fd, static_cast<off_t>(bytes + tail_bytes)) != 0) {
+    close(fd);
+    return false;
+  }
+  void* p = mmap(nullptr, bytes + tail_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    return false;
+  }
+  // A forked child must not write into its parent's device memory through an inherited mapping.
+  madvise(p, bytes + tail_bytes, MADV_DONTFORK);
+  fd_ = fd;
+  begin_ = reinterpret_cast<std::uintptr_t>(p);
+  end_ = begin_ + bytes;
+  insert_free_locked(begin_, bytes);
+  return true;
+}
+
+void DeviceArena::forget_after_fork() {
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
 }
 
 bool DeviceArena::contains(const void* p) const {
@@ -51,7 +81,13 @@ void* DeviceArena::allocate(std::size_t bytes) {
 void DeviceArena::release(void* p, std::size_t bytes) {
   if (!p || bytes == 0) return;
   std::uintptr_t base = reinterpret_cast<std::uintptr_t>(p);
-  if (bytes >= kReturnPagesBytes) madvise(p, bytes, MADV_DONTNEED);  // reads back as zeros, as fresh memory
+  // Reads back as zeros, as fresh memory. A shared mapping keeps its pages in the file unless they are
+  // removed from it. Only whole pages inside the range: the pages at its ends may hold neighbours.
+  if (bytes >= kReturnPagesBytes) {
+    const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+    const std::uintptr_t first = (base + page - 1) / page * page, last = (base + bytes) / page * page;
+    if (last > first) madvise(reinterpret_cast<void*>(first), last - first, fd_ >= 0 ? MADV_REMOVE : MADV_DONTNEED);
+  }
   std::lock_guard<std::mutex> lk(mu_);
   // Coalesce with the free neighbours on both sides.
   auto next = free_by_address_.lower_bound(base);

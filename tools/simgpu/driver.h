@@ -87,7 +87,9 @@ struct Context {
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
 };
 
-enum class MemKind { device, managed, host, pool, global };
+// device: cuMemAlloc*, and cuMemMap ranges; graph: a graph allocation between its allocation and
+// its free (drv_graph_memory.cpp); ipc: another process's allocation opened with cuIpcOpenMemHandle.
+enum class MemKind { device, managed, host, pool, global, graph, ipc };
 
 struct Allocation {
   std::uintptr_t base = 0;
@@ -120,6 +122,8 @@ struct Module {
 };
 
 struct DeviceExecutor;
+struct IpcState;          // drv_ipc.cpp
+struct GraphMemoryState;  // drv_graph_memory.cpp
 
 // The kind of object behind each live handle: a handle of one kind passed where another is expected
 // is refused like a stale one, never reinterpreted.
@@ -160,6 +164,8 @@ struct Driver {
   std::map<std::uintptr_t, Allocation> allocations;  // by base address
   std::uint64_t next_seq = 1;
   std::uint64_t next_id = 1;
+  IpcState* ipc = nullptr;                   // exports and imports, made on first use
+  GraphMemoryState* graph_memory = nullptr;  // the devices' graph memory pools, made on first use
 };
 
 Driver& driver();
@@ -196,10 +202,24 @@ Allocation* find_allocation_locked(std::uintptr_t ptr);  // containing range
 Allocation& record_allocation_locked(std::uintptr_t base, std::size_t size, std::size_t mapped, MemKind kind,
                                      Context* ctx, int device);
 void* map_host_memory(std::size_t bytes);
-void unmap_host_memory(void* p, std::size_t bytes);
+// Memory another process can map (the shared arena, drv_memory.cpp): cuMemAlloc and cuMemAllocPitch.
+void* map_device_memory(std::size_t bytes);
+void unmap_host_memory(void* p, std::size_t bytes);  // either kind
+class DeviceArena;
+DeviceArena* shared_arena(bool create = true);  // nullptr when it cannot be made (or is not, yet)
+constexpr std::size_t kSharedArenaTailBytes = 1 << 20;  // past the shared arena: the IPC export table
+void forget_device_memory_after_fork();
 bool charge_device(int device, std::uint64_t bytes);
 void uncharge_device(int device, std::uint64_t bytes);
 void pool_trim_at_sync(int device);            // release pooled memory above the threshold
+// CUDA IPC (drv_ipc.cpp), g.mu held: whether cuIpcGetMemHandle accepts the allocation; forget the
+// export of the allocation at `base` (freed); unmap what context `c` opened (destroyed).
+bool ipc_exportable_locked(const Allocation& a);
+void ipc_withdraw_locked(std::uintptr_t base);
+void ipc_close_context_locked(Context* c);
+// Graph memory (drv_graph_memory.cpp), g.mu held: the graph allocation at `base` was freed with
+// cuMemFree or cuMemFreeAsync and its Allocation record erased.
+void graph_allocation_freed_locked(std::uintptr_t base);
 // The cuMemAddressReserve range that holds ptr (drv_vmm.cpp), g.mu held; false when there is none.
 bool vmm_reservation_locked(std::uintptr_t ptr, std::uintptr_t* base, std::size_t* size);
 

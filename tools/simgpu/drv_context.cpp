@@ -64,6 +64,7 @@ void destroy_context_locked(Context* c) {
   for (auto it = g.allocations.begin(); it != g.allocations.end();) {
     Allocation& a = it->second;
     if (a.ctx == c && (a.kind == MemKind::device || a.kind == MemKind::managed)) {
+      if (a.kind == MemKind::device) ipc_withdraw_locked(a.base);
       if (a.charged) g.machine->uncharge(a.device, a.charged);
       unmap_host_memory(reinterpret_cast<void*>(a.base), a.mapped);
       it = g.allocations.erase(it);
@@ -72,6 +73,7 @@ void destroy_context_locked(Context* c) {
     }
   }
   destroy_context_arrays_locked(c);  // arrays and mipmapped arrays go with their context too
+  ipc_close_context_locked(c);       // and the mappings of other processes' memory it opened
   for (Stream* s : std::vector<Stream*>(c->streams)) destroy_stream_locked(s);
   if (c->charged) g.machine->uncharge(c->device, c->charged);
   c->charged = 0;

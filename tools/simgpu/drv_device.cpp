@@ -17,6 +17,7 @@ void on_fork_child() {
   // A forked child shares the parent's state-file description; let go of it and start afresh
   // (CUDA itself is unusable in a child forked after initialisation, as on the real driver).
   if (g_driver->machine) g_driver->machine->forget_after_fork();
+  forget_device_memory_after_fork();  // the child has no mapping of the parent's shareable memory
   g_driver = new Driver();
 }
 

@@ -1,29 +1,10 @@
-// Kernel launches (cuLaunchKernel, Ex, cooperative, _ptsz), CUDA graphs of kernel, empty and host
-// nodes, built by hand or captured from a stream, and cuGraphLaunch.
+// Kernel launches (cuLaunchKernel, Ex, cooperative, _ptsz), CUDA graphs of kernel, empty, host and
+// memory nodes (drv_graph_memory.cpp), built by hand or captured from a stream, and cuGraphLaunch.
 #include <cstring>
 
-#include "driver.h"
+#include "graph.h"
 
 namespace simgpu {
-
-struct GraphNode {
-  CUgraphNodeType type = CU_GRAPH_NODE_TYPE_EMPTY;
-  Function* func = nullptr;
-  std::uint64_t kernel_ns = 0;
-  CUDA_KERNEL_NODE_PARAMS kernel{};  // as given (pointers to the caller's parameters are not kept)
-  CUhostFn host_fn = nullptr;
-  void* host_data = nullptr;
-  std::vector<GraphNode*> deps;
-  struct Graph* graph = nullptr;
-};
-
-struct Graph {
-  std::vector<std::unique_ptr<GraphNode>> nodes;  // in insertion order, which is a topological order
-};
-
-struct GraphExec {
-  std::vector<GraphNode> nodes;  // a snapshot: later edits of the graph do not change it
-};
 
 std::uint64_t kernel_duration_ns(const Function* f, void** params, void** extra) {
   if (!f->spin) return kDefaultKernelNs;
@@ -41,6 +22,24 @@ std::uint64_t kernel_duration_ns(const Function* f, void** params, void** extra)
   return ns;
 }
 
+GraphNode* add_node_locked(Graph* g, CUgraphNodeType type, const CUgraphNode* deps, std::size_t ndeps) {
+  auto n = std::make_unique<GraphNode>();
+  n->type = type;
+  n->graph = g;
+  for (std::size_t i = 0; i < ndeps; ++i) n->deps.push_back(reinterpret_cast<GraphNode*>(deps[i]));
+  GraphNode* raw = n.get();
+  g->nodes.push_back(std::move(n));
+  add_live_locked(raw);
+  return raw;
+}
+
+GraphNode* capture_node_locked(Stream* s, CUgraphNodeType type) {
+  Graph* g = s->capture;
+  std::vector<CUgraphNode> deps;
+  if (!g->nodes.empty()) deps.push_back(reinterpret_cast<CUgraphNode>(g->nodes.back().get()));
+  return add_node_locked(g, type, deps.data(), deps.size());
+}
+
 namespace {
 
 CUresult check_launch_locked(Function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -53,23 +52,9 @@ CUresult check_launch_locked(Function* f, unsigned gx, unsigned gy, unsigned gz,
   return CUDA_SUCCESS;
 }
 
-GraphNode* add_node_locked(Graph* g, CUgraphNodeType type, const CUgraphNode* deps, std::size_t ndeps) {
-  auto n = std::make_unique<GraphNode>();
-  n->type = type;
-  n->graph = g;
-  for (std::size_t i = 0; i < ndeps; ++i) n->deps.push_back(reinterpret_cast<GraphNode*>(deps[i]));
-  GraphNode* raw = n.get();
-  g->nodes.push_back(std::move(n));
-  add_live_locked(raw);
-  return raw;
-}
-
 // A launch on a capturing stream becomes a node that follows the stream's last captured node.
 void capture_locked(Stream* s, GraphNode proto) {
-  Graph* g = s->capture;
-  std::vector<CUgraphNode> deps;
-  if (!g->nodes.empty()) deps.push_back(reinterpret_cast<CUgraphNode>(g->nodes.back().get()));
-  GraphNode* n = add_node_locked(g, proto.type, deps.data(), deps.size());
+  GraphNode* n = capture_node_locked(s, proto.type);
   n->func = proto.func;
   n->kernel_ns = proto.kernel_ns;
   n->kernel = proto.kernel;
@@ -165,6 +150,17 @@ CUresult capture_info(CUstream hs, CUstreamCaptureStatus* st, cuuint64_t* id, CU
   return CUDA_SUCCESS;
 }
 
+bool has_memory_nodes(const GraphExec* exec) {
+  for (const GraphNode& n : exec->nodes)
+    if (n.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || n.type == CU_GRAPH_NODE_TYPE_MEM_FREE) return true;
+  return false;
+}
+
+void delete_exec_locked(GraphExec* exec) {
+  graph_memory_exec_destroyed_locked(exec);
+  delete exec;
+}
+
 CUresult graph_launch(CUgraphExec he, CUstream hs, bool pt) {
   if (CUresult r = ensure_initialized()) return r;
   Stream* s = nullptr;
@@ -174,6 +170,12 @@ CUresult graph_launch(CUgraphExec he, CUstream hs, bool pt) {
   auto* exec = reinterpret_cast<GraphExec*>(he);
   if (!is_live_locked(exec)) return CUDA_ERROR_INVALID_HANDLE;
   if (s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  // Memory nodes: physical memory at the first launch (CUDA_ERROR_OUT_OF_MEMORY when the device
+  // lacks it), and the allocations' lifetimes; an error leaves nothing queued.
+  const bool memory = has_memory_nodes(exec);
+  if (memory) {
+    if (CUresult r = graph_memory_launch_locked(exec, s->ctx)) return r;
+  }
   // Nodes run one after another in topological order: a device runs one context's work at a time.
   for (const GraphNode& n : exec->nodes) {
     Op op;
@@ -190,19 +192,54 @@ CUresult graph_launch(CUgraphExec he, CUstream hs, bool pt) {
     }
     enqueue_locked(s, std::move(op));
   }
+  if (memory) {
+    // A launch queued or running keeps its graph's memory through cuDeviceGraphMemTrim; its end
+    // also completes a cuGraphExecDestroy that came while it ran.
+    exec->in_flight++;
+    Op end;
+    end.kind = Op::Kind::host;
+    end.host = [exec] {
+      std::lock_guard<std::mutex> lk2(driver().mu);
+      if (--exec->in_flight == 0 && exec->destroyed) delete_exec_locked(exec);
+    };
+    enqueue_locked(s, std::move(end));
+  }
   return CUDA_SUCCESS;
 }
 
-CUresult instantiate(CUgraphExec* out, CUgraph hg) {
+CUresult graph_upload(CUgraphExec he, CUstream hs, bool pt) {
+  if (CUresult r = ensure_initialized()) return r;
+  Stream* s = nullptr;
+  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* exec = reinterpret_cast<GraphExec*>(he);
+  if (!is_live_locked(exec)) return CUDA_ERROR_INVALID_HANDLE;
+  // "Uses memory cached by stream to back the allocations owned by hGraphExec" (cuGraphUpload).
+  return graph_memory_upload_locked(exec);
+}
+
+CUresult instantiate(CUgraphExec* out, CUgraph hg, unsigned long long flags) {
   if (CUresult r = ensure_initialized()) return r;
   if (!out) return CUDA_ERROR_INVALID_VALUE;
+  // DEVICE_LAUNCH "cannot be used in conjunction with CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH".
+  if ((flags & CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH) && (flags & CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH))
+    return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lk(driver().mu);
   Graph* g = live_graph_locked(hg);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
-  auto* exec = new GraphExec();
+  auto exec = std::make_unique<GraphExec>();
   for (auto& n : g->nodes) exec->nodes.push_back(*n);
-  add_live_locked(exec);
-  *out = reinterpret_cast<CUgraphExec>(exec);
+  exec->flags = flags;
+  if (CUresult r = graph_memory_instantiate_locked(g, exec.get())) return r;
+  // CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: an upload right after instantiation.
+  if (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) {
+    if (CUresult r = graph_memory_upload_locked(exec.get())) {
+      delete_exec_locked(exec.release());
+      return r;
+    }
+  }
+  add_live_locked(exec.get());
+  *out = reinterpret_cast<CUgraphExec>(exec.release());
   return CUDA_SUCCESS;
 }
 
@@ -250,9 +287,7 @@ extern "C" {
     return launch_ex(c, f, params, extra, PT);                                                                   \
   }                                                                                                              \
   CUresult cuGraphLaunch##SUFFIX(CUgraphExec e, CUstream s) { return graph_launch(e, s, PT); }                  \
-  CUresult cuGraphUpload##SUFFIX(CUgraphExec e, CUstream) {                                                     \
-    return is_live(reinterpret_cast<GraphExec*>(e)) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;                                                \
-  }                                                                                                              \
+  CUresult cuGraphUpload##SUFFIX(CUgraphExec e, CUstream s) { return graph_upload(e, s, PT); }                 \
   CUresult cuStreamBeginCapture_v2##SUFFIX(CUstream s, CUstreamCaptureMode m) { return begin_capture(s, m, PT); } \
   CUresult cuStreamBeginCapture##SUFFIX(CUstream s) {                                                           \
     return begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL, PT);                                                  \
@@ -291,6 +326,7 @@ CUresult cuGraphDestroy(CUgraph hg) {
   std::lock_guard<std::mutex> lk(driver().mu);
   Graph* g = live_graph_locked(hg);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
+  graph_memory_graph_destroyed_locked(g);
   for (auto& n : g->nodes) remove_live_locked(n.get());
   remove_live_locked(g);
   delete g;
@@ -406,10 +442,12 @@ CUresult cuGraphNodeGetType(CUgraphNode hn, CUgraphNodeType* type) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph g, unsigned long long) { return instantiate(out, g); }
+CUresult cuGraphInstantiateWithFlags(CUgraphExec* out, CUgraph g, unsigned long long flags) {
+  return instantiate(out, g, flags);
+}
 
 CUresult cuGraphInstantiateWithParams(CUgraphExec* out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
-  CUresult r = instantiate(out, g);
+  CUresult r = instantiate(out, g, p ? p->flags : 0);
   if (p) p->result_out = r == CUDA_SUCCESS ? CUDA_GRAPH_INSTANTIATE_SUCCESS : CUDA_GRAPH_INSTANTIATE_ERROR;
   return r;
 }
@@ -421,7 +459,7 @@ CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* out, CUgraph g, CUDA_GRA
 CUresult cuGraphInstantiate_v2(CUgraphExec* out, CUgraph g, CUgraphNode* err, char* log, size_t n) {
   if (err) *err = nullptr;
   if (log && n) log[0] = '\0';
-  return instantiate(out, g);
+  return instantiate(out, g, 0);
 }
 
 CUresult cuGraphInstantiate(CUgraphExec* out, CUgraph g, CUgraphNode* err, char* log, size_t n) {
@@ -434,7 +472,12 @@ CUresult cuGraphExecDestroy(CUgraphExec he) {
   auto* exec = reinterpret_cast<GraphExec*>(he);
   if (!is_live_locked(exec)) return CUDA_ERROR_INVALID_VALUE;
   remove_live_locked(exec);
-  delete exec;
+  // The graph may be instantiated again at once; the memory of a launch still queued or running
+  // stays with this one until that launch ends.
+  if (exec->graph && exec->graph->instance == exec) exec->graph->instance = nullptr;
+  exec->graph = nullptr;
+  if (exec->in_flight > 0) exec->destroyed = true;
+  else delete_exec_locked(exec);
   return CUDA_SUCCESS;
 }
 

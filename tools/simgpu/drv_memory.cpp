@@ -3,7 +3,9 @@
 // touched) whose address is the device pointer: copies and sets are plain memcpy/memset.
 #include <sys/mman.h>
 
+#include <atomic>
 #include <cstring>
+#include <mutex>
 
 #include "device_arena.h"
 #include "driver.h"
@@ -15,32 +17,69 @@ std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / 
 }  // namespace
 
 namespace {
-// Device memory comes from one arena per process, sized for twice every device's memory so that
-// fragmentation never refuses what the device could hold; past it, plain mappings take over.
-DeviceArena& arena() {
+// Memory comes from arenas sized for twice every device's memory so that fragmentation never refuses
+// what the device could hold; past them, plain mappings take over. cuMemAlloc memory has an arena of
+// its own, a memfd, so that another process can map it (CUDA IPC, drv_ipc.cpp); everything else
+// (host, managed, pool, array memory) is private.
+std::size_t arena_bytes() {
+  std::uint64_t total = 0;
+  const MachineHeader& h = driver().machine->header();
+  for (std::uint32_t d = 0; d < h.device_count; ++d) total += h.memory_bytes[d];
+  return 2 * total + (4ull << 30);
+}
+
+DeviceArena& private_arena() {
   static DeviceArena* a = [] {
     auto* arena = new DeviceArena();
-    std::uint64_t total = 0;
-    const MachineHeader& h = driver().machine->header();
-    for (std::uint32_t d = 0; d < h.device_count; ++d) total += h.memory_bytes[d];
-    arena->reserve(2 * total + (4ull << 30));
+    arena->reserve(arena_bytes());
     return arena;
   }();
   return *a;
 }
+
+std::atomic<DeviceArena*> g_shared_arena{nullptr};
+std::mutex g_shared_arena_mu;
 }  // namespace
+
+DeviceArena* shared_arena(bool create) {
+  if (DeviceArena* a = g_shared_arena.load(std::memory_order_acquire); a || !create) return a;
+  std::lock_guard<std::mutex> lk(g_shared_arena_mu);
+  if (DeviceArena* a = g_shared_arena.load()) return a;
+  auto* a = new DeviceArena();
+  if (!a->reserve_shared(arena_bytes(), kSharedArenaTailBytes)) {
+    delete a;
+    return nullptr;  // no memfd: device memory is private, and cuIpcGetMemHandle cannot export it
+  }
+  g_shared_arena.store(a, std::memory_order_release);
+  return a;
+}
+
+void forget_device_memory_after_fork() {
+  // The child has no mapping of the shared arena (MADV_DONTFORK); the object is left behind (its
+  // lock may have been held by a thread that does not exist in the child) and a new one made on use.
+  if (DeviceArena* a = g_shared_arena.exchange(nullptr)) a->forget_after_fork();
+}
 
 void* map_host_memory(std::size_t bytes) {
   const std::size_t size = round_up(bytes ? bytes : 1, DeviceArena::kAlign);
-  if (void* p = arena().allocate(size)) return p;
+  if (void* p = private_arena().allocate(size)) return p;
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   return p == MAP_FAILED ? nullptr : p;
+}
+
+void* map_device_memory(std::size_t bytes) {
+  const std::size_t size = round_up(bytes ? bytes : 1, DeviceArena::kAlign);
+  if (DeviceArena* a = shared_arena())
+    if (void* p = a->allocate(size)) return p;
+  return map_host_memory(bytes);
 }
 
 void unmap_host_memory(void* p, std::size_t bytes) {
   if (!p) return;
   const std::size_t size = round_up(bytes ? bytes : 1, DeviceArena::kAlign);
-  if (arena().contains(p)) arena().release(p, size);
+  DeviceArena* shared = g_shared_arena.load(std::memory_order_acquire);
+  if (shared && shared->contains(p)) shared->release(p, size);
+  else if (private_arena().contains(p)) private_arena().release(p, size);
   else munmap(p, size);
 }
 
@@ -88,7 +127,8 @@ static CUresult allocate(CUdeviceptr* dptr, std::size_t bytes, MemKind kind, std
   const std::uint64_t charged = round_up(charged_bytes, kAllocAlignment);
   if (charged < charged_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
   if (!charge_device(c->device, charged)) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* p = map_host_memory(charged);
+  // cuMemAlloc and cuMemAllocPitch memory can be exported with cuIpcGetMemHandle; managed cannot.
+  void* p = kind == MemKind::device ? map_device_memory(charged) : map_host_memory(charged);
   if (!p) {
     uncharge_device(c->device, charged);
     return CUDA_ERROR_OUT_OF_MEMORY;
@@ -100,25 +140,34 @@ static CUresult allocate(CUdeviceptr* dptr, std::size_t bytes, MemKind kind, std
   return CUDA_SUCCESS;
 }
 
-static CUresult free_device(CUdeviceptr dptr, MemKind expected_a, MemKind expected_b) {
+// cuMemFree: memory of cuMemAlloc*, cuMemAllocManaged, and graph allocations (which "can be freed by
+// passing the allocation to cuMemFreeAsync or cuMemFree", cuGraphAddMemAllocNode).
+static CUresult free_device(CUdeviceptr dptr) {
   if (CUresult r = ensure_initialized()) return r;
   if (dptr == 0) return CUDA_SUCCESS;
   Driver& g = driver();
+  auto freeable = [](const Allocation& a) {
+    return a.kind == MemKind::device || a.kind == MemKind::managed || a.kind == MemKind::graph;
+  };
   Context* owner = nullptr;
   {
     std::lock_guard<std::mutex> lk(g.mu);
     auto it = g.allocations.find(static_cast<std::uintptr_t>(dptr));
-    if (it == g.allocations.end() || (it->second.kind != expected_a && it->second.kind != expected_b))
-      return CUDA_ERROR_INVALID_VALUE;
+    if (it == g.allocations.end() || !freeable(it->second)) return CUDA_ERROR_INVALID_VALUE;
     owner = it->second.ctx;
   }
   // Work still queued may use the memory: a free waits for it, as cudaFree does.
   if (owner && is_live(owner)) context_synchronize(owner);
   std::lock_guard<std::mutex> lk(g.mu);
   auto it = g.allocations.find(static_cast<std::uintptr_t>(dptr));
-  if (it == g.allocations.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (it == g.allocations.end() || !freeable(it->second)) return CUDA_ERROR_INVALID_VALUE;
   Allocation a = it->second;
   g.allocations.erase(it);
+  if (a.kind == MemKind::graph) {
+    graph_allocation_freed_locked(a.base);  // its physical memory belongs to the graph memory pool
+    return CUDA_SUCCESS;
+  }
+  if (a.kind == MemKind::device) ipc_withdraw_locked(a.base);  // a handle to it opens nothing any more
   if (a.charged) g.machine->uncharge(a.device, a.charged);
   unmap_host_memory(reinterpret_cast<void*>(a.base), a.mapped);
   return CUDA_SUCCESS;
@@ -149,7 +198,7 @@ CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) 
   return allocate(dptr, bytes, MemKind::managed, bytes);
 }
 
-CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_device(dptr, MemKind::device, MemKind::managed); }
+CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_device(dptr); }
 
 CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   Context* c = nullptr;
@@ -287,7 +336,7 @@ static CUresult pointer_attribute_locked(void* data, CUpointer_attribute attr, C
       break;
     }
     case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<int*>(data) = 1; break;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *static_cast<int*>(data) = a->kind == MemKind::device; break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *static_cast<int*>(data) = ipc_exportable_locked(*a); break;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *static_cast<unsigned long long*>(data) = 0; break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
       *static_cast<CUmemoryPool*>(data) = reinterpret_cast<CUmemoryPool>(a->pool);

@@ -1,7 +1,8 @@
 // Stream-ordered allocation and memory pools. A pool reserves device memory in 2 MiB chunks and
 // keeps what is freed into it until a synchronisation trims it to the release threshold, or
 // cuMemPoolTrimTo trims it: memory a pool keeps stays in use on the device, as on the real driver.
-#include "driver.h"
+// On a capturing stream, cuMemAllocAsync and cuMemFreeAsync become graph memory nodes instead.
+#include "graph.h"
 
 namespace simgpu {
 
@@ -43,14 +44,30 @@ MemPool* default_pool_locked(int device) {
   return g.current_pool[device];
 }
 
+// cuMemAllocAsync on a capturing stream: an allocation node of the captured graph, on the pool's
+// device, whose fixed address is the result.
+CUresult capture_alloc_locked(CUdeviceptr* dptr, std::size_t bytes, int device, Stream* s) {
+  CUDA_MEM_ALLOC_NODE_PARAMS p{};
+  p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+  p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  p.poolProps.location.id = device;
+  p.bytesize = bytes;
+  std::shared_ptr<GraphMemBlock> block;
+  if (CUresult r = graph_make_alloc_block_locked(s->capture, p, driver().device_count, &block)) return r;
+  graph_attach_alloc_node_locked(capture_node_locked(s, CU_GRAPH_NODE_TYPE_MEM_ALLOC), p, std::move(block));
+  *dptr = p.dptr;
+  return CUDA_SUCCESS;
+}
+
 CUresult alloc_from_pool(CUdeviceptr* dptr, std::size_t bytes, MemPool* pool, CUstream hs, bool pt) {
   if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hs, pt, &s)) return r;
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
+  if (pool && !is_live_locked(pool)) return CUDA_ERROR_INVALID_VALUE;
+  if (s->capture) return capture_alloc_locked(dptr, bytes, pool ? pool->device : s->ctx->device, s);
   if (!pool) pool = default_pool_locked(s->ctx->device);
-  if (!is_live_locked(pool)) return CUDA_ERROR_INVALID_VALUE;
   const std::uint64_t size = (bytes + kAllocAlignment - 1) / kAllocAlignment * kAllocAlignment;
   if (pool->used + size > pool->reserved) {
     const std::uint64_t grow = chunk_round(pool->used + size - pool->reserved);
@@ -81,7 +98,21 @@ CUresult free_to_pool(CUdeviceptr dptr, CUstream hs, bool pt) {
   if (CUresult r = resolve_stream(hs, pt, &s)) return r;
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
+  if (s->capture) {
+    // A captured free is a free node, which can only name a graph allocation (cuGraphAddMemFreeNode).
+    if (CUresult r = graph_check_free_node_locked(s->capture, dptr)) return r;
+    graph_add_free_node_locked(capture_node_locked(s, CU_GRAPH_NODE_TYPE_MEM_FREE), dptr);
+    return CUDA_SUCCESS;
+  }
   auto it = g.allocations.find(static_cast<std::uintptr_t>(dptr));
+  if (it != g.allocations.end() && it->second.kind == MemKind::graph) {
+    // A graph allocation "can be freed by passing the allocation to cuMemFreeAsync" (its lifetime is
+    // kept in API order: drv_graph_memory.cpp).
+    const std::uintptr_t base = it->first;
+    g.allocations.erase(it);
+    graph_allocation_freed_locked(base);
+    return CUDA_SUCCESS;
+  }
   if (it == g.allocations.end() || it->second.kind != MemKind::pool) return CUDA_ERROR_INVALID_VALUE;
   Allocation a = it->second;
   g.allocations.erase(it);
