@@ -10,6 +10,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -379,6 +380,26 @@ TEST_F(Accounting, ASecondProcessOfTheTenantSharesTheCap) {
   CU_OK(cuMemFree_v2(p));
 }
 
+TEST_F(Accounting, ProcessesRacingToTheCapTogetherStopExactlyAtIt) {
+  // Each holds what it got until all have stopped (a process that exits gives its memory back, and
+  // the next may then rightly take it).
+  const std::string release = std::string(std::getenv("SLICE_TEST_TMPDIR")) + "/release-racers";
+  std::string paths[3];
+  pid_t pids[3];
+  for (int i = 0; i < 3; ++i) pids[i] = spawn_child("fill-and-hold", {"SLICE_TENANT=race", "RELEASE_FILE=" + release}, paths[i]);
+  std::uint64_t total = 0;
+  for (int i = 0; i < 3; ++i) {
+    for (int t = 0; t < 1000 && read_file(paths[i]).find("allocated ") == std::string::npos; ++t) usleep(10000);
+    const std::string out = read_file(paths[i]);
+    const auto at = out.find("allocated ");
+    ASSERT_NE(at, std::string::npos) << out;
+    total += std::strtoull(out.c_str() + at + 10, nullptr, 10);
+  }
+  std::ofstream(release).put('1');
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(wait_child(pids[i]), 0) << read_file(paths[i]);
+  EXPECT_EQ(total, 1024u) << "MiB held at once by three processes of one tenant with a 1 GiB cap";
+}
+
 TEST_F(Accounting, AnUnnamedProcessExportsItsTenantToItsChildren) {
   std::string out;
   EXPECT_EQ(run_child("unnamed-parent", {"SLICE_TENANT="}, &out), 0) << out;
@@ -411,6 +432,86 @@ TEST_F(Accounting, ContextMemoryIsChargedAndDestroyingAContextFreesWhatWasInIt) 
   EXPECT_NE(out.find("cuCtxCreate of 300.0 MiB"), std::string::npos) << out;
 }
 
+TEST_F(Accounting, GraphMemoryIsChargedFromTheFirstLaunchUntilTrimmed) {
+  const auto make_graph = [&](std::size_t bytes, CUgraphExec* exec) {
+    CUgraph graph = nullptr;
+    ASSERT_EQ(cuGraphCreate(&graph, 0), CUDA_SUCCESS);
+    CUDA_MEM_ALLOC_NODE_PARAMS params{};
+    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    params.poolProps.location.id = device_;
+    params.bytesize = bytes;
+    CUgraphNode alloc = nullptr, free_node = nullptr;
+    ASSERT_EQ(cuGraphAddMemAllocNode(&alloc, graph, nullptr, 0, &params), CUDA_SUCCESS);
+    ASSERT_EQ(cuGraphAddMemFreeNode(&free_node, graph, &alloc, 1, params.dptr), CUDA_SUCCESS);
+    ASSERT_EQ(cuGraphInstantiateWithFlags(exec, graph, 0), CUDA_SUCCESS);
+    ASSERT_EQ(cuGraphDestroy(graph), CUDA_SUCCESS);
+  };
+  CUgraphExec first = nullptr, second = nullptr;
+  make_graph(512 * kMiB, &first);
+  EXPECT_EQ(mem_info().free, kCap);  // instantiation maps nothing
+  CUstream stream = nullptr;
+  CU_OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CU_OK(cuGraphLaunch(first, stream));
+  CU_OK(cuStreamSynchronize(stream));
+  EXPECT_EQ(mem_info().free, kCap - 512 * kMiB);  // the graph keeps its memory between launches
+  CU_OK(cuGraphLaunch(first, stream));            // and a second launch takes no more
+  CU_OK(cuStreamSynchronize(stream));
+  EXPECT_EQ(mem_info().free, kCap - 512 * kMiB);
+  make_graph(768 * kMiB, &second);
+  EXPECT_EQ(cuGraphLaunch(second, stream), CUDA_ERROR_OUT_OF_MEMORY);  // refused before the driver
+  EXPECT_EQ(cuGraphUpload(second, stream), CUDA_ERROR_OUT_OF_MEMORY);
+  CU_OK(cuGraphExecDestroy(first));
+  EXPECT_EQ(mem_info().free, kCap - 512 * kMiB);  // the graph pool keeps it until trimmed
+  CU_OK(cuDeviceGraphMemTrim(device_));
+  EXPECT_EQ(mem_info().free, kCap);
+  CU_OK(cuGraphLaunch(second, stream));
+  CU_OK(cuStreamSynchronize(stream));
+  EXPECT_EQ(mem_info().free, kCap - 768 * kMiB);
+  CU_OK(cuGraphExecDestroy(second));
+  CU_OK(cuDeviceGraphMemTrim(device_));
+  EXPECT_EQ(mem_info().free, kCap);
+  CU_OK(cuStreamDestroy_v2(stream));
+}
+
+TEST_F(Accounting, IpcMemoryIsChargedOnlyWhereItIsNewToTheTenant) {
+  CUdeviceptr p = 0;
+  CU_OK(cuMemAlloc_v2(&p, 256 * kMiB));
+  CUipcMemHandle handle{};
+  CU_OK(cuIpcGetMemHandle(&handle, p));
+  std::string hex;
+  for (char c : handle.reserved) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(c));
+    hex += b;
+  }
+  std::string out;
+  // Another tenant opening it: 256 MiB new to that tenant.
+  EXPECT_EQ(run_child("ipc-open", {"SLICE_TENANT=other", "IPC_HANDLE=" + hex, "IPC_EXPECT_FREE_MIB=768"}, &out), 0)
+      << out;
+  // A process of this tenant: already charged here once.
+  EXPECT_EQ(run_child("ipc-open", {"IPC_HANDLE=" + hex, "IPC_EXPECT_FREE_MIB=768"}, &out), 0) << out;
+  EXPECT_EQ(mem_info().free, kCap - 256 * kMiB);
+  // A tenant with no room for it: the open is refused and undone.
+  EXPECT_EQ(run_child("ipc-open-refused", {"SLICE_TENANT=small", "SLICE_MEMORY_LIMIT=128Mi", "IPC_HANDLE=" + hex}, &out),
+            0)
+      << out;
+  CU_OK(cuMemFree_v2(p));
+}
+
+TEST_F(Accounting, TwoGpusEachWithItsCapAndNvmlInitialisedFirst) {
+  // NVML initialised before CUDA, and NVML asked about each GPU by its own handle: the caps follow
+  // the GPU (by UUID), never an index (HAMi-core loses its cap when NVML initialises first).
+  const std::string tmp = std::getenv("SLICE_TEST_TMPDIR");
+  std::string out;
+  EXPECT_EQ(run_child("two-gpus", {"SIMGPU_STATE=" + tmp + "/two-state", "SIMGPU_DEVICES=2",
+                                   "SLICE_COORDINATOR_DIR=" + tmp + "/two-coordinator", "SLICE_MEMORY_LIMIT_1=512Mi",
+                                   "SLICE_TENANT=two"},
+                      &out),
+            0)
+      << out;
+}
+
 // ---- child modes ----
 
 int child_fail(const char* what) {
@@ -419,6 +520,34 @@ int child_fail(const char* what) {
 }
 
 int child_main(const std::string& mode) {
+  if (mode == "two-gpus") {
+    if (nvmlInit_v2() != NVML_SUCCESS) return child_fail("nvmlInit");
+    nvmlDevice_t nvml[2] = {};
+    if (cuInit(0) != CUDA_SUCCESS) return child_fail("cuInit");
+    const std::uint64_t caps[2] = {kCap, 512 * kMiB};
+    for (int i = 0; i < 2; ++i) {
+      CUdevice dev = 0;
+      CUcontext ctx = nullptr;
+      CUuuid u{};
+      if (cuDeviceGet(&dev, i) != CUDA_SUCCESS || cuDeviceGetUuid_v2(&u, dev) != CUDA_SUCCESS ||
+          cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+        return child_fail("device");
+      const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+      char uuid[64];
+      std::snprintf(uuid, sizeof uuid, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                    b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+      if (nvmlDeviceGetHandleByUUID(uuid, &nvml[i]) != NVML_SUCCESS) return child_fail("NVML handle");
+      std::uint64_t got = 0;
+      CUdeviceptr p = 0;
+      while (cuMemAlloc_v2(&p, 64 * kMiB) == CUDA_SUCCESS) got += 64 * kMiB;
+      nvmlMemory_t m{};
+      if (nvmlDeviceGetMemoryInfo(nvml[i], &m) != NVML_SUCCESS) return child_fail("NVML memory");
+      std::printf("GPU %d: allocated %llu MiB; NVML total %llu MiB used %llu MiB\n", i,
+                  static_cast<unsigned long long>(got >> 20), m.total >> 20, m.used >> 20);
+      if (got != caps[i] || m.total != caps[i] || m.used != caps[i]) return child_fail("wrong cap on this GPU");
+    }
+    return 0;
+  }
   if (mode == "expect-fail-closed") {
     if (cuInit(0) != CUDA_ERROR_INVALID_VALUE) return child_fail("cuInit did not fail closed");
     CUdeviceptr p = 0;
@@ -461,6 +590,31 @@ int child_main(const std::string& mode) {
     if (cuCtxCreate_v2(&a, 0, dev) != CUDA_SUCCESS) return child_fail("cuCtxCreate after the release");
     return free_is(kCap - 300 * kMiB, "with only a new context") ? 0 : 1;
   }
+  if (mode == "ipc-open" || mode == "ipc-open-refused") {
+    const char* hex = std::getenv("IPC_HANDLE");
+    CUipcMemHandle handle{};
+    for (std::size_t i = 0; hex != nullptr && i < sizeof handle.reserved && hex[2 * i] != '\0'; ++i)
+      handle.reserved[i] = static_cast<char>(std::stoi(std::string(hex + 2 * i, 2), nullptr, 16));
+    CUdeviceptr p = 0;
+    const CUresult rc = cuIpcOpenMemHandle_v2(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    std::size_t f = 0, t = 0;
+    cuMemGetInfo_v2(&f, &t);
+    if (mode == "ipc-open-refused") {
+      if (rc != CUDA_ERROR_OUT_OF_MEMORY) return child_fail("an IPC open past the cap was not refused");
+      return f == t ? 0 : child_fail("a refused IPC open left a charge");
+    }
+    if (rc != CUDA_SUCCESS) return child_fail("cuIpcOpenMemHandle");
+    const std::uint64_t expected = std::strtoull(std::getenv("IPC_EXPECT_FREE_MIB"), nullptr, 10) * kMiB;
+    if (f != expected) {
+      std::printf("child: free %zu MiB after the open, expected %llu MiB\n", f >> 20,
+                  static_cast<unsigned long long>(expected >> 20));
+      return 1;
+    }
+    if (cuIpcCloseMemHandle(p) != CUDA_SUCCESS) return child_fail("close");
+    cuMemGetInfo_v2(&f, &t);
+    const std::uint64_t own = std::string(std::getenv("SLICE_TENANT")) == "acct" ? 256 * kMiB : 0;
+    return f == kCap - own ? 0 : child_fail("closing did not give the charge back");
+  }
   if (mode == "expect-uncapped") {
     std::size_t f = 0, t = 0;
     cuMemGetInfo_v2(&f, &t);
@@ -474,11 +628,19 @@ int child_main(const std::string& mode) {
     for (int i = 0; i < 3000; ++i) usleep(10000);  // killed long before; never outlives a hung test by much
     return 0;
   }
-  if (mode == "fill" || mode == "fill-quiet") {
+  if (mode == "fill" || mode == "fill-and-hold") {
     std::uint64_t got = 0;
     CUdeviceptr p = 0;
-    while (cuMemAlloc_v2(&p, 64 * kMiB) == CUDA_SUCCESS) got += 64 * kMiB;
+    while (cuMemAlloc_v2(&p, 64 * kMiB) == CUDA_SUCCESS) {
+      got += 64 * kMiB;
+      sched_yield();  // let processes racing for the same cap interleave
+    }
     std::printf("allocated %llu MiB\n", static_cast<unsigned long long>(got / kMiB));
+    std::fflush(stdout);
+    if (mode == "fill-and-hold") {  // until the parent has seen every racer's result (at most 10 s)
+      const char* release = std::getenv("RELEASE_FILE");
+      for (int i = 0; i < 1000 && release != nullptr && access(release, F_OK) != 0; ++i) usleep(10000);
+    }
     return 0;
   }
   if (mode == "unnamed-parent") {
