@@ -25,17 +25,26 @@ std::string caller_backtrace() {
   void* frames[48];
   const UnwBacktrace unw = libunwind_backtrace();
   const int n = unw != nullptr ? unw(frames, 48) : backtrace(frames, 48);
+  // Our own frames say nothing to the user: start at the first frame outside libslice.so.
+  Dl_info self{};
+  dladdr(reinterpret_cast<void*>(&caller_backtrace), &self);
+  int first = 0;
+  while (first < n) {
+    Dl_info info{};
+    if (dladdr(frames[first], &info) == 0 || info.dli_fbase != self.dli_fbase) break;
+    ++first;
+  }
   std::string out;
-  for (int i = 0; i < n; ++i) {
+  for (int i = first; i < n; ++i) {
     Dl_info info{};
     char line[512];
     if (dladdr(frames[i], &info) != 0 && info.dli_fname != nullptr) {
       const auto offset = static_cast<unsigned long>(static_cast<char*>(frames[i]) -
                                                      static_cast<char*>(info.dli_saddr != nullptr ? info.dli_saddr : info.dli_fbase));
-      std::snprintf(line, sizeof line, "  #%d %p %s(%s+0x%lx)\n", i, frames[i], info.dli_fname,
+      std::snprintf(line, sizeof line, "  #%d %p %s(%s+0x%lx)\n", i - first, frames[i], info.dli_fname,
                     info.dli_sname != nullptr ? info.dli_sname : "", offset);
     } else {
-      std::snprintf(line, sizeof line, "  #%d %p\n", i, frames[i]);
+      std::snprintf(line, sizeof line, "  #%d %p\n", i - first, frames[i]);
     }
     out += line;
   }

@@ -146,6 +146,14 @@ TEST_F(Accounting, MemAllocRefusedExactlyAtTheCapAndAgainAfterAFree) {
   for (CUdeviceptr p : blocks) CU_OK(cuMemFree_v2(p));
 }
 
+TEST_F(Accounting, AtDebugARefusalAlsoShowsWhereItCameFrom) {
+  std::string out;
+  EXPECT_EQ(run_child("fill", {"SLICE_TENANT=debug", "SLICE_LOG_LEVEL=debug", "SLICE_LOG_FILE="}, &out), 0) << out;
+  EXPECT_EQ(count_lines(out, " warn: "), 1) << out;
+  EXPECT_NE(out.find(" debug: refused at:"), std::string::npos) << out;
+  EXPECT_NE(out.find("shim_accounting_test("), std::string::npos) << "the caller's frames: " << out;
+}
+
 TEST_F(Accounting, AFailedDriverCallGivesTheChargeBack) {
   CUdeviceptr p = 0;
   EXPECT_EQ(cuMemAllocPitch_v2(&p, nullptr, 1024, 1024, 4), CUDA_ERROR_INVALID_VALUE);
