@@ -62,17 +62,7 @@ CUresult create(std::uint64_t bytes, Handle* out, const char* what, Call&& call)
 
 template <typename Call>
 CUresult destroy(std::uint64_t key, Call&& call) {
-  return accounted(
-      [&](Session& s) {
-        const std::optional<Charge> c = s.arrays.take(key);
-        const CUresult rc = call();
-        if (c) {
-          if (rc == CUDA_SUCCESS) uncharge(s, c->device, c->bytes);
-          else s.arrays.insert(key, *c);
-        }
-        return rc;
-      },
-      call);
+  return accounted([&](Session& s) { return free_recorded(s, s.arrays, key, call); }, call);
 }
 
 }  // namespace

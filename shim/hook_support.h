@@ -43,6 +43,20 @@ CUresult charge_around(Session& s, int device, std::uint64_t bytes, const char* 
 // back), the old charge is given back.
 void record(Session& s, AllocationTable& table, std::uint64_t key, Charge charge);
 
+// Frees what `key` recorded in `table` with `call`: the record is taken before the driver frees
+// it (once freed, another thread may be handed the same address or handle), given back when the
+// call succeeds, and put back when it fails.
+template <typename Call>
+CUresult free_recorded(Session& s, AllocationTable& table, std::uint64_t key, Call&& call) {
+  const std::optional<Charge> c = table.take(key);
+  const CUresult rc = call();
+  if (c) {
+    if (rc == CUDA_SUCCESS) uncharge(s, c->device, c->bytes);
+    else table.insert(key, *c);
+  }
+  return rc;
+}
+
 // Moves a recorded charge to `bytes` once the driver said what it really took (pitch, arrays),
 // cap or no cap: the memory exists either way.
 void settle_charge(Session& s, int device, std::uint64_t charged, std::uint64_t bytes);

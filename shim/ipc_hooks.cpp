@@ -66,15 +66,5 @@ extern "C" SLICE_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMem
 
 extern "C" SLICE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   const auto call = [&] { return SLICE_CALL_REAL(cuIpcCloseMemHandle, dptr); };
-  return accounted(
-      [&](Session& s) {
-        const std::optional<slice::Charge> c = s.ipc_opened.take(dptr);
-        const CUresult rc = call();
-        if (c) {
-          if (rc == CUDA_SUCCESS) uncharge(s, c->device, c->bytes);
-          else s.ipc_opened.insert(dptr, *c);
-        }
-        return rc;
-      },
-      call);
+  return accounted([&](Session& s) { return free_recorded(s, s.ipc_opened, dptr, call); }, call);
 }

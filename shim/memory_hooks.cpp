@@ -24,19 +24,8 @@ CUresult alloc_on_current_device(const char* what, std::uint64_t bytes, const CU
 }
 
 template <typename Call>
-CUresult free_recorded(CUdeviceptr dptr, Call&& call) {
-  return accounted(
-      [&](Session& s) {
-        // Taken before the free: once the driver freed it, another thread may get the same address.
-        const std::optional<Charge> c = s.pointers.take(dptr);
-        const CUresult rc = call();
-        if (c) {
-          if (rc == CUDA_SUCCESS) uncharge(s, c->device, c->bytes);
-          else s.pointers.insert(dptr, *c);
-        }
-        return rc;
-      },
-      call);
+CUresult free_pointer(CUdeviceptr dptr, Call&& call) {
+  return accounted([&](Session& s) { return free_recorded(s, s.pointers, dptr, call); }, call);
 }
 
 template <typename Pitch, typename Call>
@@ -111,9 +100,9 @@ extern "C" SLICE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned 
 }
 
 extern "C" SLICE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
-  return free_recorded(dptr, [&] { return SLICE_CALL_REAL(cuMemFree_v2, dptr); });
+  return free_pointer(dptr, [&] { return SLICE_CALL_REAL(cuMemFree_v2, dptr); });
 }
 
 extern "C" SLICE_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
-  return free_recorded(dptr, [&] { return SLICE_CALL_REAL(cuMemFree, dptr); });
+  return free_pointer(dptr, [&] { return SLICE_CALL_REAL(cuMemFree, dptr); });
 }

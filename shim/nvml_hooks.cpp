@@ -147,8 +147,12 @@ extern "C" SLICE_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
   });
 }
 
-extern "C" SLICE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  const auto real = SLICE_REAL_HOOK(nvmlDeviceGetMemoryInfo);
+namespace {
+
+// Both memory-info layouts: the driver answers, then total and free become the slice's and used
+// what is left of it. v2's reserve (the driver's own) is outside any slice.
+template <typename Memory, typename Fn>
+nvmlReturn_t memory_info(Fn real, nvmlDevice_t device, Memory* memory) {
   if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
   if (session_state() == SessionState::failed) return kNvmlFailedClosed;
   const nvmlReturn_t rc = real(device, memory);
@@ -157,24 +161,19 @@ extern "C" SLICE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device
     return rc;
   memory->total = m.total;
   memory->free = m.free;
+  if constexpr (requires { memory->reserved; }) memory->reserved = 0;
   memory->used = m.total - m.free;
   return rc;
 }
 
+}  // namespace
+
+extern "C" SLICE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
+  return memory_info(SLICE_REAL_HOOK(nvmlDeviceGetMemoryInfo), device, memory);
+}
+
 extern "C" SLICE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
-  const auto real = SLICE_REAL_HOOK(nvmlDeviceGetMemoryInfo_v2);
-  if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
-  if (session_state() == SessionState::failed) return kNvmlFailedClosed;
-  const nvmlReturn_t rc = real(device, memory);
-  SliceMemory m;
-  if (rc != NVML_SUCCESS || memory == nullptr || disabled() || !slice_for(device, memory->total, memory->free, m))
-    return rc;
-  // The driver's reserve is outside any slice: the slice is what the tenant may use.
-  memory->total = m.total;
-  memory->free = m.free;
-  memory->reserved = 0;
-  memory->used = m.total - m.free;
-  return rc;
+  return memory_info(SLICE_REAL_HOOK(nvmlDeviceGetMemoryInfo_v2), device, memory);
 }
 
 #define SLICE_PROCESS_HOOK(name, info_type)                                                          \

@@ -167,8 +167,11 @@ extern "C" SLICE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
-  const auto call = [&] { return SLICE_CALL_REAL(cuMemPoolTrimTo, pool, minBytesToKeep); };
+namespace {
+
+// After a call that may change what a known pool holds (a trim, a new release threshold).
+template <typename Call>
+CUresult settle_after(CUmemoryPool pool, Call&& call) {
   return accounted(
       [&](Session& s) {
         const CUresult rc = call();
@@ -182,17 +185,12 @@ extern "C" SLICE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBy
       call);
 }
 
+}  // namespace
+
+extern "C" SLICE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+  return settle_after(pool, [&] { return SLICE_CALL_REAL(cuMemPoolTrimTo, pool, minBytesToKeep); });
+}
+
 extern "C" SLICE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
-  const auto call = [&] { return SLICE_CALL_REAL(cuMemPoolSetAttribute, pool, attr, value); };
-  return accounted(
-      [&](Session& s) {
-        const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) {
-          std::lock_guard<std::mutex> lock(s.pools->mu);
-          const auto it = s.pools->pools.find(pool);
-          if (it != s.pools->pools.end()) settle_locked(s, pool, it->second);
-        }
-        return rc;
-      },
-      call);
+  return settle_after(pool, [&] { return SLICE_CALL_REAL(cuMemPoolSetAttribute, pool, attr, value); });
 }
