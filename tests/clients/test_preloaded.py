@@ -217,14 +217,15 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]")
 
 
 def nvitop_once(env):
-    """nvitop's one-shot report, without colours; the simulator answers only some of NVML (nvitop
-    reports the rest on stderr as not found), so only the exit status and stdout are read."""
+    """nvitop's one-shot report, without colours. It must run cleanly: no traceback on stderr (the
+    simulator answers what it does not model as NVML_ERROR_NOT_SUPPORTED, as a real GPU would)."""
     done = subprocess.run([sys.executable, "-c", "import nvitop"], capture_output=True, text=True)
     assert done.returncode == 0, f"nvitop is not installed for {sys.executable} (scripts/setup.sh --python)"
     env = dict(env, TERM="xterm", COLUMNS="160", LINES="50")
     done = subprocess.run([sys.executable, "-m", "nvitop", "--once"], env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-4000:]
+    assert "Traceback" not in done.stderr, done.stderr[-4000:]
     return ANSI.sub("", done.stdout)
 
 

@@ -65,6 +65,31 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* me
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* count,
                                                      nvmlProcessInfo_t* infos);
 nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t* utilization);
+// Queries the simulator answers without modelling them (tools/simgpu/nvml_unmodelled.cpp).
+nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int* clock);
+nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int* clock);
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t* mode);
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t* mode);
+nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t* active);
+nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t* display);
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t* state);
+nvmlReturn_t nvmlDeviceGetDriverModel_v2(nvmlDevice_t device, nvmlDriverModel_t* current, nvmlDriverModel_t* pending);
+nvmlReturn_t nvmlDeviceIsMigDeviceHandle(nvmlDevice_t device, unsigned int* is_mig);
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* current, unsigned int* pending);
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensor, unsigned int* temp);
+nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t* temperature);
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int* speed);
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power);
+nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int* limit);
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t type,
+                                         nvmlEccCounterType_t counter, unsigned long long* count);
+nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t* bar1);
+nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int* value);
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int* utilization, unsigned int* period_us);
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int* utilization, unsigned int* period_us);
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int count, nvmlFieldValue_t* values);
+nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t* uuid, nvmlDevice_t* device);
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t device, nvmlProcessDetailList_t* list);
 }
 
 // GoogleTest prints a CUresult by its name (found by argument-dependent lookup: CUresult is global).
@@ -1959,6 +1984,247 @@ TEST_F(Nvml, UtilizationFollowsDeviceBusyTime) {
   EXPECT_GE(u.gpu, 25u) << "300 ms busy in the last second";
   EXPECT_LE(u.gpu, 100u);
   CU(cuStreamDestroy(s));
+}
+
+// NVML with the driver's primary context, without the sample kernels (so these run where nvcc is not).
+class NvmlQueries : public Sim {
+ protected:
+  void SetUp() override {
+    Sim::SetUp();
+    if (HasFatalFailure()) return;
+    NVML(nvmlInit_v2());
+    initialized_ = true;
+    NVML(nvmlDeviceGetHandleByIndex_v2(0, &nvml_dev_));
+  }
+  void TearDown() override {
+    if (initialized_) {
+      EXPECT_NVML(NVML_SUCCESS, nvmlShutdown());
+    }
+    Sim::TearDown();
+  }
+  bool initialized_ = false;
+  nvmlDevice_t nvml_dev_ = nullptr;
+};
+
+// What monitoring tools (nvitop, nvidia-ml-py) look up by name: a real driver exports all of it, and
+// a missing one is a FunctionNotFound traceback in the tool rather than an N/A.
+TEST_F(NvmlQueries, ExportsWhatMonitoringToolsLookUp) {
+  for (const char* name :
+       {"nvmlDeviceGetCount", "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2",
+        "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByUUIDV", "nvmlDeviceGetHandleByPciBusId_v2",
+        "nvmlDeviceGetHandleBySerial", "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo",
+        "nvmlDeviceGetComputeMode", "nvmlDeviceGetPerformanceState", "nvmlDeviceGetPersistenceMode",
+        "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization", "nvmlDeviceGetDisplayActive",
+        "nvmlDeviceGetDisplayMode", "nvmlDeviceGetDriverModel", "nvmlDeviceGetDriverModel_v2",
+        "nvmlDeviceGetFanSpeed", "nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV", "nvmlDeviceGetPowerUsage",
+        "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetBAR1MemoryInfo",
+        "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetMigMode", "nvmlDeviceIsMigDeviceHandle",
+        "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetFieldValues", "nvmlDeviceGetSerial",
+        "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+        "nvmlDeviceGetRunningProcessDetailList", "nvmlDeviceGetConfComputeMemSizeInfo"}) {
+    EXPECT_NE(nullptr, dlsym(RTLD_DEFAULT, name)) << name << " is not exported";
+  }
+}
+
+// Modes and clocks of a headless Linux GPU, the clocks and compute mode as the driver reports them.
+TEST_F(NvmlQueries, ModesAndClocksAreTheSimulatedCards) {
+  nvmlEnableState_t state = NVML_FEATURE_ENABLED;
+  NVML(nvmlDeviceGetPersistenceMode(nvml_dev_, &state));
+  EXPECT_EQ(NVML_FEATURE_DISABLED, state);
+  state = NVML_FEATURE_ENABLED;
+  NVML(nvmlDeviceGetDisplayActive(nvml_dev_, &state));
+  EXPECT_EQ(NVML_FEATURE_DISABLED, state);
+  nvmlPstates_t pstate = NVML_PSTATE_UNKNOWN;
+  NVML(nvmlDeviceGetPerformanceState(nvml_dev_, &pstate));
+  EXPECT_EQ(NVML_PSTATE_0, pstate);
+  int cu_mode = -1;
+  CU(cuDeviceGetAttribute(&cu_mode, CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, dev_));
+  nvmlComputeMode_t mode = NVML_COMPUTEMODE_PROHIBITED;
+  NVML(nvmlDeviceGetComputeMode(nvml_dev_, &mode));
+  EXPECT_EQ(NVML_COMPUTEMODE_DEFAULT, mode);
+  EXPECT_EQ(cu_mode, static_cast<int>(mode));
+
+  int sm_khz = 0, mem_khz = 0;
+  CU(cuDeviceGetAttribute(&sm_khz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev_));
+  CU(cuDeviceGetAttribute(&mem_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev_));
+  unsigned mhz = 0, max_mhz = 0;
+  NVML(nvmlDeviceGetClockInfo(nvml_dev_, NVML_CLOCK_SM, &mhz));
+  NVML(nvmlDeviceGetMaxClockInfo(nvml_dev_, NVML_CLOCK_SM, &max_mhz));
+  EXPECT_EQ(static_cast<unsigned>(sm_khz / 1000), mhz);
+  EXPECT_EQ(mhz, max_mhz) << "in P0 the clocks are the maximum ones";
+  NVML(nvmlDeviceGetClockInfo(nvml_dev_, NVML_CLOCK_MEM, &mhz));
+  EXPECT_EQ(static_cast<unsigned>(mem_khz / 1000), mhz);
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetClockInfo(nvml_dev_, NVML_CLOCK_VIDEO, &mhz));
+  EXPECT_NVML(NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetClockInfo(nvml_dev_, NVML_CLOCK_COUNT, &mhz));
+
+  nvmlDriverModel_t current = NVML_DRIVER_WDDM, pending = NVML_DRIVER_WDDM;
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetDriverModel_v2(nvml_dev_, &current, &pending)) << "Windows only";
+  unsigned is_mig = 1, mig_current = 0, mig_pending = 0;
+  NVML(nvmlDeviceIsMigDeviceHandle(nvml_dev_, &is_mig));
+  EXPECT_EQ(0u, is_mig);
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetMigMode(nvml_dev_, &mig_current, &mig_pending));
+}
+
+// Sensors, power, ECC, BAR1, PCIe and video engines are not simulated: NOT_SUPPORTED, as on a GPU
+// without them, which tools show as N/A.
+TEST_F(NvmlQueries, UnmodelledQueriesAreNotSupported) {
+  unsigned u = 0, period = 0;
+  unsigned long long ull = 0;
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetTemperature(nvml_dev_, NVML_TEMPERATURE_GPU, &u));
+  EXPECT_NVML(NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetTemperature(nvml_dev_, NVML_TEMPERATURE_COUNT, &u));
+  nvmlTemperature_v1_t t{};
+  t.version = nvmlTemperature_v1;
+  t.sensorType = NVML_TEMPERATURE_GPU;
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetTemperatureV(nvml_dev_, &t));
+  t.version = 1;
+  EXPECT_NVML(NVML_ERROR_ARGUMENT_VERSION_MISMATCH, nvmlDeviceGetTemperatureV(nvml_dev_, &t));
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetFanSpeed(nvml_dev_, &u));
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetPowerUsage(nvml_dev_, &u));
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetPowerManagementLimit(nvml_dev_, &u));
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED,
+              nvmlDeviceGetTotalEccErrors(nvml_dev_, NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &ull));
+  int ecc = -1;
+  CU(cuDeviceGetAttribute(&ecc, CU_DEVICE_ATTRIBUTE_ECC_ENABLED, dev_));
+  EXPECT_EQ(0, ecc) << "the driver agrees: no ECC";
+  nvmlBAR1Memory_t bar1{};
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetBAR1MemoryInfo(nvml_dev_, &bar1));
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetPcieThroughput(nvml_dev_, NVML_PCIE_UTIL_TX_BYTES, &u));
+  EXPECT_NVML(NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetPcieThroughput(nvml_dev_, NVML_PCIE_UTIL_COUNT, &u));
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetEncoderUtilization(nvml_dev_, &u, &period));
+  EXPECT_NVML(NVML_ERROR_NOT_SUPPORTED, nvmlDeviceGetDecoderUtilization(nvml_dev_, &u, &period));
+
+  // Field values: the call succeeds and each field reports its own NOT_SUPPORTED.
+  nvmlFieldValue_t fields[3] = {};
+  fields[0].fieldId = 1;
+  fields[1].fieldId = 2;
+  fields[2].nvmlReturn = NVML_ERROR_UNKNOWN;  // past the count: untouched
+  NVML(nvmlDeviceGetFieldValues(nvml_dev_, 2, fields));
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(NVML_ERROR_NOT_SUPPORTED, fields[i].nvmlReturn) << "field " << i;
+    EXPECT_GT(fields[i].timestamp, 0) << "field " << i;
+  }
+  EXPECT_EQ(1u, fields[0].fieldId);
+  EXPECT_EQ(NVML_ERROR_UNKNOWN, fields[2].nvmlReturn);
+  EXPECT_NVML(NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetFieldValues(nvml_dev_, 1, nullptr));
+}
+
+// The documented argument checks, before any answer: NULL results and handles that are no device
+// are INVALID_ARGUMENT, and nothing answers before nvmlInit.
+TEST_F(NvmlQueries, UnmodelledQueriesCheckTheirArguments) {
+  using Call = std::function<nvmlReturn_t(nvmlDevice_t, void*)>;
+  const std::vector<std::pair<const char*, Call>> queries = {
+      {"nvmlDeviceGetPersistenceMode",
+       [](nvmlDevice_t d, void* p) { return nvmlDeviceGetPersistenceMode(d, static_cast<nvmlEnableState_t*>(p)); }},
+      {"nvmlDeviceGetDisplayMode",
+       [](nvmlDevice_t d, void* p) { return nvmlDeviceGetDisplayMode(d, static_cast<nvmlEnableState_t*>(p)); }},
+      {"nvmlDeviceGetComputeMode",
+       [](nvmlDevice_t d, void* p) { return nvmlDeviceGetComputeMode(d, static_cast<nvmlComputeMode_t*>(p)); }},
+      {"nvmlDeviceGetPerformanceState",
+       [](nvmlDevice_t d, void* p) { return nvmlDeviceGetPerformanceState(d, static_cast<nvmlPstates_t*>(p)); }},
+      {"nvmlDeviceGetClockInfo",
+       [](nvmlDevice_t d, void* p) {
+         return nvmlDeviceGetClockInfo(d, NVML_CLOCK_GRAPHICS, static_cast<unsigned*>(p));
+       }},
+      {"nvmlDeviceGetDriverModel_v2",
+       [](nvmlDevice_t d, void* p) {
+         return nvmlDeviceGetDriverModel_v2(d, static_cast<nvmlDriverModel_t*>(p), static_cast<nvmlDriverModel_t*>(p));
+       }},
+      {"nvmlDeviceGetTemperature",
+       [](nvmlDevice_t d, void* p) {
+         return nvmlDeviceGetTemperature(d, NVML_TEMPERATURE_GPU, static_cast<unsigned*>(p));
+       }},
+      {"nvmlDeviceGetFanSpeed",
+       [](nvmlDevice_t d, void* p) { return nvmlDeviceGetFanSpeed(d, static_cast<unsigned*>(p)); }},
+      {"nvmlDeviceGetPowerUsage",
+       [](nvmlDevice_t d, void* p) { return nvmlDeviceGetPowerUsage(d, static_cast<unsigned*>(p)); }},
+      {"nvmlDeviceGetTotalEccErrors",
+       [](nvmlDevice_t d, void* p) {
+         return nvmlDeviceGetTotalEccErrors(d, NVML_MEMORY_ERROR_TYPE_CORRECTED, NVML_AGGREGATE_ECC,
+                                            static_cast<unsigned long long*>(p));
+       }},
+      {"nvmlDeviceGetBAR1MemoryInfo",
+       [](nvmlDevice_t d, void* p) { return nvmlDeviceGetBAR1MemoryInfo(d, static_cast<nvmlBAR1Memory_t*>(p)); }},
+      {"nvmlDeviceGetEncoderUtilization",
+       [](nvmlDevice_t d, void* p) {
+         return nvmlDeviceGetEncoderUtilization(d, static_cast<unsigned*>(p), static_cast<unsigned*>(p));
+       }},
+      {"nvmlDeviceIsMigDeviceHandle",
+       [](nvmlDevice_t d, void* p) { return nvmlDeviceIsMigDeviceHandle(d, static_cast<unsigned*>(p)); }},
+  };
+  alignas(8) unsigned char out[64] = {};
+  int not_a_device = 0;
+  const auto bogus = reinterpret_cast<nvmlDevice_t>(&not_a_device);
+  for (const auto& [name, call] : queries) {
+    const nvmlReturn_t r = call(nvml_dev_, out);
+    EXPECT_TRUE(r == NVML_SUCCESS || r == NVML_ERROR_NOT_SUPPORTED) << name << ": " << r;
+    EXPECT_EQ(NVML_ERROR_INVALID_ARGUMENT, call(nvml_dev_, nullptr)) << name << " with a NULL result";
+    EXPECT_EQ(NVML_ERROR_INVALID_ARGUMENT, call(nullptr, out)) << name << " with a NULL device";
+    EXPECT_EQ(NVML_ERROR_INVALID_ARGUMENT, call(bogus, out)) << name << " with a handle that is no device";
+  }
+  NVML(nvmlShutdown());
+  initialized_ = false;
+  for (const auto& [name, call] : queries) EXPECT_EQ(NVML_ERROR_UNINITIALIZED, call(nvml_dev_, out)) << name;
+  NVML(nvmlInit_v2());
+  initialized_ = true;
+}
+
+// nvmlDeviceGetHandleByUUIDV finds the device by the driver's UUID, as text and as bytes.
+TEST_F(NvmlQueries, HandleByUuidVersionedFindsTheDevice) {
+  CUuuid cu{};
+  CU(cuDeviceGetUuid(&cu, dev_));
+  nvmlUUID_t uuid{};
+  uuid.version = nvmlUUID_v1;
+  uuid.type = NVML_UUID_TYPE_ASCII;
+  std::snprintf(uuid.value.str, sizeof uuid.value.str, "%s", uuid_text(cu).c_str());
+  nvmlDevice_t found = nullptr;
+  NVML(nvmlDeviceGetHandleByUUIDV(&uuid, &found));
+  EXPECT_EQ(nvml_dev_, found);
+
+  uuid = nvmlUUID_t{};
+  uuid.version = nvmlUUID_v1;
+  uuid.type = NVML_UUID_TYPE_BINARY;
+  std::memcpy(uuid.value.bytes, cu.bytes, sizeof uuid.value.bytes);
+  found = nullptr;
+  NVML(nvmlDeviceGetHandleByUUIDV(&uuid, &found));
+  EXPECT_EQ(nvml_dev_, found);
+  uuid.value.bytes[0] ^= 0xFF;
+  EXPECT_NVML(NVML_ERROR_NOT_FOUND, nvmlDeviceGetHandleByUUIDV(&uuid, &found));
+  uuid.version = 1;
+  EXPECT_NVML(NVML_ERROR_ARGUMENT_VERSION_MISMATCH, nvmlDeviceGetHandleByUUIDV(&uuid, &found));
+  EXPECT_NVML(NVML_ERROR_INVALID_ARGUMENT, nvmlDeviceGetHandleByUUIDV(nullptr, &found));
+}
+
+// The detail list of compute processes is the v3 list: this process with its memory, and no MIG.
+TEST_F(NvmlQueries, RunningProcessDetailListListsThisProcess) {
+  CUdeviceptr p = 0;
+  CU(cuMemAlloc(&p, 64 * MiB));
+  std::size_t f = 0, t = 0;
+  CU(cuMemGetInfo(&f, &t));
+  nvmlProcessDetailList_t list{};
+  list.version = nvmlProcessDetailList_v1;
+  list.mode = NVML_PROCESS_MODE_COMPUTE;
+  EXPECT_NVML(NVML_ERROR_INSUFFICIENT_SIZE, nvmlDeviceGetRunningProcessDetailList(nvml_dev_, &list));
+  ASSERT_GE(list.numProcArrayEntries, 1u);
+  std::vector<nvmlProcessDetail_v1_t> details(list.numProcArrayEntries + 4);
+  list.numProcArrayEntries = static_cast<unsigned>(details.size());
+  list.procArray = details.data();
+  NVML(nvmlDeviceGetRunningProcessDetailList(nvml_dev_, &list));
+  const auto end = details.begin() + list.numProcArrayEntries;
+  const auto me = std::find_if(details.begin(), end, [](const nvmlProcessDetail_v1_t& d) {
+    return d.pid == static_cast<unsigned>(getpid());
+  });
+  ASSERT_NE(end, me) << "this process is not listed";
+  EXPECT_EQ(t - f, me->usedGpuMemory);
+  EXPECT_EQ(0xFFFFFFFFu, me->gpuInstanceId);
+  EXPECT_EQ(0xFFFFFFFFu, me->computeInstanceId);
+  EXPECT_EQ(0u, me->usedGpuCcProtectedMemory);
+
+  list.mode = NVML_PROCESS_MODE_GRAPHICS;
+  NVML(nvmlDeviceGetRunningProcessDetailList(nvml_dev_, &list));
+  EXPECT_EQ(0u, list.numProcArrayEntries);
+  list.version = 1;
+  EXPECT_NVML(NVML_ERROR_ARGUMENT_VERSION_MISMATCH, nvmlDeviceGetRunningProcessDetailList(nvml_dev_, &list));
+  CU(cuMemFree(p));
 }
 
 }  // namespace

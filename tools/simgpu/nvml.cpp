@@ -1,5 +1,6 @@
 // libnvidia-ml.so.1 of the simulated machine: devices, memory, running processes and utilization,
-// all read from the same shared state the simulated driver writes.
+// all read from the same shared state the simulated driver writes. The queries it does not model
+// (clocks, thermals, power, ECC, MIG...) are in nvml_unmodelled.cpp.
 #include <unistd.h>
 
 #include <algorithm>
@@ -66,8 +67,9 @@ void memory_of(int dev, unsigned long long& total, unsigned long long& free_byte
 }
 
 // Processes with memory or work on the device, as nvidia-smi lists compute processes.
+// Info: nvmlProcessInfo_v1_t, nvmlProcessInfo_t (v2 and v3) or nvmlProcessDetail_v1_t.
 template <class Info>
-nvmlReturn_t running_processes(nvmlDevice_t d, unsigned int* count, Info* infos, bool full) {
+nvmlReturn_t running_processes(nvmlDevice_t d, unsigned int* count, Info* infos) {
   int dev = 0;
   if (nvmlReturn_t r = device_index(d, &dev)) return r;
   if (!count) return NVML_ERROR_INVALID_ARGUMENT;
@@ -84,11 +86,9 @@ nvmlReturn_t running_processes(nvmlDevice_t d, unsigned int* count, Info* infos,
       Info info{};
       info.pid = static_cast<unsigned>(pid);
       info.usedGpuMemory = mem;
-      if constexpr (sizeof(Info) > sizeof(nvmlProcessInfo_v1_t)) {
-        if (full) {
-          reinterpret_cast<nvmlProcessInfo_t*>(&info)->gpuInstanceId = 0xFFFFFFFFu;
-          reinterpret_cast<nvmlProcessInfo_t*>(&info)->computeInstanceId = 0xFFFFFFFFu;
-        }
+      if constexpr (requires { info.gpuInstanceId; }) {  // no MIG
+        info.gpuInstanceId = 0xFFFFFFFFu;
+        info.computeInstanceId = 0xFFFFFFFFu;
       }
       infos[n] = info;
     }
@@ -267,18 +267,18 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(n
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int* c,
                                                                                    nvmlProcessInfo_t* p) {
-  return running_processes(d, c, p, true);
+  return running_processes(d, c, p);
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int* c,
                                                                                    nvmlProcessInfo_t* p) {
-  return running_processes(d, c, p, true);
+  return running_processes(d, c, p);
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int* c,
                                                                                 nvmlProcessInfo_v1_t* p) {
-  return running_processes(d, c, p, false);
+  return running_processes(d, c, p);
 }
 
-// The simulated device runs no graphics or MPS clients.
+// The simulated device runs no graphics or MPS clients (every version of both lists).
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int* c,
                                                                                     nvmlProcessInfo_t*) {
   int i = 0;
@@ -287,9 +287,40 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGraphicsRunning
   *c = 0;
   return NVML_SUCCESS;
 }
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t d, unsigned int* c,
+                                                                                    nvmlProcessInfo_t* p) {
+  return nvmlDeviceGetGraphicsRunningProcesses_v3(d, c, p);
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d, unsigned int* c,
+                                                                                 nvmlProcessInfo_v1_t*) {
+  return nvmlDeviceGetGraphicsRunningProcesses_v3(d, c, nullptr);
+}
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int* c,
                                                                                       nvmlProcessInfo_t* p) {
   return nvmlDeviceGetGraphicsRunningProcesses_v3(d, c, p);
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int* c,
+                                                                                      nvmlProcessInfo_t* p) {
+  return nvmlDeviceGetGraphicsRunningProcesses_v3(d, c, p);
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t d, unsigned int* c,
+                                                                                   nvmlProcessInfo_v1_t*) {
+  return nvmlDeviceGetGraphicsRunningProcesses_v3(d, c, nullptr);
+}
+
+// The same lists as detail records: compute processes as above, no graphics or MPS ones.
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t d,
+                                                                                 nvmlProcessDetailList_t* list) {
+  int i = 0;
+  if (nvmlReturn_t r = device_index(d, &i)) return r;
+  if (!list) return NVML_ERROR_INVALID_ARGUMENT;
+  if (list->version != nvmlProcessDetailList_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+  switch (list->mode) {
+    case NVML_PROCESS_MODE_COMPUTE: return running_processes(d, &list->numProcArrayEntries, list->procArray);
+    case NVML_PROCESS_MODE_GRAPHICS:
+    case NVML_PROCESS_MODE_MPS: list->numProcArrayEntries = 0; return NVML_SUCCESS;
+    default: return NVML_ERROR_INVALID_ARGUMENT;
+  }
 }
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t* u) {

@@ -35,7 +35,7 @@ target_link_options(simgpu_cuda PRIVATE -Wl,--version-script=${CMAKE_CURRENT_SOU
                     -Wl,-Bsymbolic-functions)
 set_property(TARGET simgpu_cuda APPEND PROPERTY LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/libcuda.map)
 
-add_library(simgpu_nvml SHARED nvml.cpp)
+add_library(simgpu_nvml SHARED nvml.cpp nvml_unmodelled.cpp)
 target_link_libraries(simgpu_nvml PRIVATE simgpu_common Threads::Threads)
 set_target_properties(simgpu_nvml PROPERTIES
   OUTPUT_NAME nvidia-ml SOVERSION 1
