@@ -290,7 +290,11 @@ Coordinator::~Coordinator() {
     std::lock_guard<std::mutex> lk(g_members_mu);
     std::erase(members(), this);
   }
-  if (forked_ || slot_ < 0 || !tenant_) return;
+  leave();
+}
+
+void Coordinator::leave() {
+  if (forked_.exchange(true) || slot_ < 0 || !tenant_) return;
   // Give back what this process holds, then the slot itself.
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const std::uint64_t held = ledger_->mine(entries_[i]);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +44,10 @@ class Coordinator {
   static std::unique_ptr<Coordinator> join(const JoinRequest& request, std::string& error,
                                             std::vector<std::string>& warnings);
   ~Coordinator();  // gives back this process's memory and slot
+  // The same, leaving the object in place but inert, for a process that exits while other threads
+  // may still call in: their calls do nothing (a reservation is refused). Anything a thread added
+  // in the instant between is not counted once the slot is free: a recount sums live slots only.
+  void leave();
 
   // `device` is the index into the JoinRequest's devices.
   bool reserve(int device, std::uint64_t bytes, Refusal* why = nullptr);
@@ -84,8 +89,9 @@ class Coordinator {
   std::vector<std::uint64_t> caps_;  // effective cap per JoinRequest device
   std::vector<std::uint64_t> device_totals_;  // as the driver reported them
   bool stale_slot_ = false;          // our slot was a dead process's
-  // In a child made by fork: the parent's membership is not ours; every call does nothing.
-  bool forked_ = false;
+  // In a child made by fork (the parent's membership is not ours), or after leave(): every call
+  // does nothing. Atomic because leave() runs while other threads may still call.
+  std::atomic<bool> forked_{false};
   static void on_fork_child();
   std::uint64_t policy_generation_ = 0;
   bool policy_read_ = false;  // a planted counter must never make the first read look done

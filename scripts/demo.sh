@@ -53,7 +53,34 @@ for p in after["processes"]:
     print(f"  {names.get(p['pid'], p['pid']):<18} {share:6.1%}  memory {p['memory_bytes'] / 2**30:5.1f} GiB")
 print(f"  {'device busy':<18} {total:6.1%}")
 print("\nWithout slicing, each program gets whatever the time-slicer gives it and may take all the memory.")
-print("libslice (next) gives each a memory cap and a share of device time.")
 PY
+wait "${pids[@]}"
+pids=()
+
+echo
+echo "== The same programs under libslice (slice-run): each team a tenant with a memory cap =="
+export SLICE_COORDINATOR_DIR="$work/coordinator"
+run="$root/build/bin/slice-run"
+echo "   inference server: cap 8 GiB, asks 6 GiB;  batch job: cap 8 GiB, asks 12 GiB"
+"$run" --memory 8Gi --tenant inference -- "$load" --seconds 4 --alloc-mib 6144 --kernel-us 1000 \
+  > "$work/inference.out" & pids+=($!)
+for _ in $(seq 100); do grep -q ready "$work/inference.out" 2>/dev/null && break; sleep 0.05; done
+if "$run" --memory 8Gi --tenant batch -- "$load" --seconds 1 --alloc-mib 12288 > /dev/null 2> "$work/batch.err"; then
+  echo "   the batch job got 12 GiB past its 8 GiB cap: this should not happen"
+else
+  echo "   the batch job was refused; it saw:"
+  sed 's/^/     /' "$work/batch.err"
+fi
+echo "   batch job again, asking 7 GiB within its cap:"
+"$run" --memory 8Gi --tenant batch -- "$load" --seconds 2 --alloc-mib 7168 --kernel-us 10000 \
+  > "$work/batch.out" & pids+=($!)
+for _ in $(seq 100); do grep -q ready "$work/batch.out" 2>/dev/null && break; sleep 0.05; done
+echo
+"$root/build/bin/slicectl" status
+echo
+"$stat"
+echo
+echo "Each tenant is held to its cap on every allocation path, and cuMemGetInfo and NVML show it"
+echo "its slice. Shares of device time come next."
 wait "${pids[@]}"
 pids=()

@@ -126,6 +126,13 @@ void after_fork_in_child() {
   }
 }
 
+// A process that exits normally gives back its memory and its slot at once, instead of leaving
+// them to the next recount (and a "dead process" in slicectl status).
+void leave_at_exit() {
+  if (g_state.load() != SessionState::running) return;
+  if (Session* s = g_session.load()) s->coordinator->leave();
+}
+
 std::string cap_text(std::uint64_t cap) { return cap == kNoLimit ? "no cap" : "cap " + describe_bytes(cap); }
 
 }  // namespace
@@ -210,8 +217,11 @@ CUresult start_session() noexcept {
                 ";";
       log::info(line);
     }
-    static std::once_flag fork_once;
-    std::call_once(fork_once, [] { pthread_atfork(nullptr, nullptr, after_fork_in_child); });
+    static std::once_flag process_hooks_once;
+    std::call_once(process_hooks_once, [] {
+      pthread_atfork(nullptr, nullptr, after_fork_in_child);
+      std::atexit(leave_at_exit);
+    });
     g_session.store(s.release(), std::memory_order_release);  // lives as long as the process
     g_state.store(SessionState::running, std::memory_order_release);
     return CUDA_SUCCESS;

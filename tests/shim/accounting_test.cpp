@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator_view.h"
 #include "nvml_api.h"
 
 extern char** environ;
@@ -385,6 +386,14 @@ TEST_F(Accounting, ASecondProcessOfTheTenantSharesTheCap) {
   std::string out;
   EXPECT_EQ(run_child("fill", {}, &out), 0) << out;
   EXPECT_NE(out.find("allocated 256 MiB"), std::string::npos) << out;  // the rest of the cap, not 1 GiB
+  // It exited normally: its memory and its slot are given back at once, not left to a recount.
+  std::string error;
+  for (const slice::TenantView& t : slice::read_coordinator(std::getenv("SLICE_COORDINATOR_DIR"), error)) {
+    if (t.name != "acct") continue;
+    EXPECT_EQ(t.dead_processes, 0);
+    ASSERT_EQ(t.processes.size(), 1u);
+    EXPECT_EQ(t.gpus.at(0).used_bytes, 768 * kMiB);
+  }
   CU_OK(cuMemFree_v2(p));
 }
 
