@@ -14,7 +14,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <random>
+#include <thread>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -415,6 +419,53 @@ TEST_F(Accounting, ProcessesRacingToTheCapTogetherStopExactlyAtIt) {
   std::ofstream(release).put('1');
   for (int i = 0; i < 3; ++i) EXPECT_EQ(wait_child(pids[i]), 0) << read_file(paths[i]);
   EXPECT_EQ(total, 1024u) << "MiB held at once by three processes of one tenant with a 1 GiB cap";
+}
+
+TEST_F(Accounting, ThreadsAllocatingAndFreeingAtOnceNeverPassTheCapAndLeaveNothing) {
+  // 8 threads, random sizes and orders: the tenant's usage never passes the cap (checked from
+  // outside by cuMemGetInfo), and once all is freed it is exactly zero again.
+  std::atomic<bool> over{false};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      cuCtxSetCurrent(context_);
+      std::mt19937_64 rng(t);
+      std::vector<CUdeviceptr> held;
+      for (int i = 0; i < 4000; ++i) {
+        if (!held.empty() && (rng() % 2 == 0 || held.size() > 64)) {
+          const std::size_t k = rng() % held.size();
+          if (cuMemFree_v2(held[k]) != CUDA_SUCCESS) over = true;
+          held[k] = held.back();
+          held.pop_back();
+        } else {
+          CUdeviceptr p = 0;
+          const CUresult rc = cuMemAlloc_v2(&p, (1 + rng() % 64) * kMiB);
+          if (rc == CUDA_SUCCESS) held.push_back(p);
+          else if (rc != CUDA_ERROR_OUT_OF_MEMORY) over = true;
+        }
+        std::size_t f = 0, total = 0;
+        if (i % 64 == 0 && (cuMemGetInfo_v2(&f, &total) != CUDA_SUCCESS || f > kCap)) over = true;
+      }
+      for (CUdeviceptr p : held) cuMemFree_v2(p);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_FALSE(over.load());
+  EXPECT_EQ(mem_info().free, kCap);
+}
+
+TEST_F(Accounting, AKilledMemberGivesItsMemoryBackWithinASecond) {
+  std::string out_path;
+  const pid_t holder = spawn_child("fill-and-hold", {"SLICE_TENANT=killed", "RELEASE_FILE=/nonexistent"}, out_path);
+  for (int t = 0; t < 1000 && read_file(out_path).find("allocated 1024 MiB") == std::string::npos; ++t) usleep(10000);
+  ASSERT_NE(read_file(out_path).find("allocated 1024 MiB"), std::string::npos) << read_file(out_path);
+  kill(holder, SIGKILL);
+  wait_child(holder);
+  const auto start = std::chrono::steady_clock::now();
+  std::string out;
+  EXPECT_EQ(run_child("fill", {"SLICE_TENANT=killed"}, &out), 0) << out;
+  EXPECT_NE(out.find("allocated 1024 MiB"), std::string::npos) << out;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }
 
 TEST_F(Accounting, AnUnnamedProcessExportsItsTenantToItsChildren) {
