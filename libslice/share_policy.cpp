@@ -1,0 +1,82 @@
+#include "share_policy.h"
+
+#include <algorithm>
+
+namespace slice {
+namespace {
+
+int rank(Priority p) { return p == Priority::high ? 2 : p == Priority::normal ? 1 : 0; }
+
+// Device time received, as if the tenant's share were 100%: comparable between tenants.
+std::uint64_t normalized(const TenantLoad& t) { return t.received_ns * 100 / std::max<std::uint32_t>(t.share, 1); }
+
+}  // namespace
+
+std::string_view to_string(Verdict v) {
+  switch (v) {
+    case Verdict::run: return "run";
+    case Verdict::hold_for_limit: return "hold (limit)";
+    case Verdict::hold_for_priority: return "hold (priority)";
+    case Verdict::hold_for_share: return "hold (share)";
+    case Verdict::hold_for_turn: return "hold (turn)";
+  }
+  return "?";
+}
+
+Verdict SharePolicy::decide(const TenantLoad& me, std::span<const TenantLoad> others) const {
+  if (me.limit < 100 && me.received_ns * 100 > static_cast<std::uint64_t>(me.limit) * window_ns)
+    return Verdict::hold_for_limit;
+  const int mine = rank(me.priority);
+  for (const TenantLoad& o : others)
+    if (o.wants && rank(o.priority) > mine) return Verdict::hold_for_priority;
+  const std::uint64_t me_n = normalized(me);
+  for (const TenantLoad& o : others) {
+    if (!o.wants || rank(o.priority) != mine) continue;
+    // A tenant held by its own limit does not want time it may not take: never wait for it.
+    if (o.limit < 100 && o.received_ns * 100 > static_cast<std::uint64_t>(o.limit) * window_ns) continue;
+    if (me_n > normalized(o) + hysteresis_ns) return Verdict::hold_for_share;
+  }
+  if (!me.active)
+    for (const TenantLoad& o : others)
+      if (o.active && rank(o.priority) == mine) return Verdict::hold_for_turn;
+  return Verdict::run;
+}
+
+void ReceivedWindow::record(std::uint64_t now_ns, std::uint64_t cumulative_ns) {
+  latest_ = {now_ns, cumulative_ns};
+  if (newest_ >= 0 && now_ns < samples_[newest_].at_ns + bucket_ns_) return;
+  newest_ = (newest_ + 1) % kBuckets;
+  samples_[newest_] = latest_;
+  count_ = std::min(count_ + 1, kBuckets);
+}
+
+std::uint64_t ReceivedWindow::received(std::uint64_t now_ns, std::uint64_t window_ns) const {
+  if (count_ == 0) return 0;
+  const std::uint64_t from = now_ns > window_ns ? now_ns - window_ns : 0;
+  // The newest sample at or before `from`, and the one after it, to interpolate between.
+  Sample before{}, after = latest_;
+  bool have_before = false;
+  for (int i = 0; i < count_; ++i) {
+    const Sample& s = samples_[(newest_ - i + kBuckets) % kBuckets];
+    if (s.at_ns <= from) {
+      before = s;
+      have_before = true;
+      break;
+    }
+    after = s;
+  }
+  if (!have_before) return latest_.total_ns - after.total_ns;  // less history than the window
+  std::uint64_t at_from = before.total_ns;
+  if (after.at_ns > before.at_ns && after.total_ns > before.total_ns)
+    at_from += (after.total_ns - before.total_ns) * (from - before.at_ns) / (after.at_ns - before.at_ns);
+  return latest_.total_ns > at_from ? latest_.total_ns - at_from : 0;
+}
+
+void DeviceTimeEstimator::step(std::uint64_t now_ns, bool active_here, unsigned active_total) {
+  if (started_ && now_ns > last_ns_ && active_here)
+    received_ns_ += (now_ns - last_ns_) / std::max(active_total, 1u);
+  started_ = true;
+  last_ns_ = now_ns;
+}
+
+}  // namespace slice
