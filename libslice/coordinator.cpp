@@ -194,6 +194,11 @@ void Coordinator::refresh_policy() {
   Policy p;
   std::string message;
   const bool have = read_policy(dir_, tenant_->name(), p, message) == PolicyStatus::ok;
+  compute_.share = have && p.compute_share ? *p.compute_share : f.header.registered.compute_share;
+  compute_.limit = have && p.compute_limit ? *p.compute_limit : f.header.registered.compute_limit;
+  compute_.priority = have && p.priority ? *p.priority : priority_from_stored(f.header.registered.priority);
+  compute_.share = std::clamp<std::uint32_t>(compute_.share, 1, 100);
+  compute_.limit = std::clamp<std::uint32_t>(compute_.limit, 1, 100);
   for (std::size_t i = 0; i < caps_.size(); ++i) {
     const DeviceEntry& e = f.devices[entries_[i]];
     std::uint64_t cap = f.header.registered.memory_bytes[entries_[i]];
@@ -203,6 +208,11 @@ void Coordinator::refresh_policy() {
       if (const auto w = p.memory_for(e.uuid)) cap = w->bytes_on(device_totals_[i]);
     caps_[i] = cap;
   }
+}
+
+Coordinator::ComputeSettings Coordinator::compute() {
+  if (!forked_) refresh_policy();
+  return compute_;
 }
 
 std::uint64_t Coordinator::cap(int device) {

@@ -66,6 +66,18 @@ class Coordinator {
   void note_ipc_export(std::uint64_t digest);
   bool ipc_exported_by_tenant(std::uint64_t digest) const;
 
+  // Compute: the tenant's effective settings (an administrator's policy, else what it registered),
+  // re-read when a policy changes; and its shared entry and history for a device.
+  struct ComputeSettings {
+    std::uint32_t share = 100;
+    std::uint32_t limit = 100;
+    Priority priority = Priority::normal;
+  };
+  ComputeSettings compute();
+  DeviceEntry& device_entry(int device) { return tenant_->file().devices[entries_[device]]; }
+  ReceivedHistory& received_history(int device) { return tenant_->file().history[entries_[device]]; }
+  const std::string& dir() const { return dir_; }
+
   // PIDs of the tenant's processes whose slots are live (as each process sees itself).
   std::vector<std::int32_t> live_pids() const;
 
@@ -88,6 +100,7 @@ class Coordinator {
   std::vector<int> entries_;      // JoinRequest device index -> tenant file device entry
   std::vector<std::uint64_t> caps_;  // effective cap per JoinRequest device
   std::vector<std::uint64_t> device_totals_;  // as the driver reported them
+  ComputeSettings compute_;
   bool stale_slot_ = false;          // our slot was a dead process's
   // In a child made by fork (the parent's membership is not ours), or after leave(): every call
   // does nothing. Atomic because leave() runs while other threads may still call.

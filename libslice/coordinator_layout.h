@@ -21,7 +21,7 @@
 namespace slice {
 
 constexpr std::uint32_t kTenantMagic = 0x544c4353;  // "SCLT"
-constexpr std::uint32_t kTenantVersion = 2;  // 2: IPC exports
+constexpr std::uint32_t kTenantVersion = 2;  // 2: IPC exports, compute
 constexpr int kMaxDevices = 16;           // distinct GPUs (by UUID) a tenant can use
 constexpr int kMaxProcesses = 1024;       // process slots per tenant
 constexpr int kMaxTenants = 256;          // tenants listed per device by the tools (more may exist)
@@ -62,6 +62,29 @@ struct DeviceEntry {
   // Bytes the tenant holds on this device. Changed by compare-and-swap against the cap, so two
   // processes racing can never together pass it.
   std::atomic<std::uint64_t> used;
+  // Compute: written by the tenant's own processes, read by every process on the GPU (with pread,
+  // never a mapping: a file its tenant truncated must not fault a reader).
+  std::atomic<std::uint64_t> received_ns;       // device time the tenant received here, cumulative
+  std::atomic<std::uint32_t> active_processes;  // its processes with work on this GPU now
+  std::atomic<std::uint32_t> wanting_processes; // its processes with work held back by libslice
+  // When a process last confirmed each (monotonic clock, the same in every process of a machine):
+  // a count left by a process that died or stopped goes stale instead of blocking others.
+  std::atomic<std::uint64_t> active_heartbeat_ns;
+  std::atomic<std::uint64_t> wanting_heartbeat_ns;
+  // The tenant's effective compute settings (an administrator's policy applied), for the others.
+  std::atomic<std::uint32_t> compute_share;
+  std::atomic<std::uint32_t> compute_limit;
+  std::atomic<std::uint32_t> compute_priority;  // stored_priority()
+  std::uint32_t reserved2;
+};
+
+// Samples of a tenant's received_ns on one device, one per kHistoryStepNs, for `slicectl status`
+// (the share received over the last second and ten seconds, measured as the scheduler measures it).
+constexpr int kHistorySamples = 48;                         // 12 s at 250 ms
+constexpr std::uint64_t kHistoryStepNs = 250'000'000;
+struct ReceivedHistory {
+  std::atomic<std::uint64_t> step;                       // index of the newest sample's step (at / kHistoryStepNs)
+  std::atomic<std::uint64_t> total_ns[kHistorySamples];  // received_ns at the start of step s: [s % kHistorySamples]
 };
 
 struct SlotDevice {
@@ -104,6 +127,7 @@ struct TenantFile {
   DeviceEntry devices[kMaxDevices];
   ProcessSlot slots[kMaxProcesses];
   std::atomic<std::uint64_t> ipc_exports[kIpcExports];
+  ReceivedHistory history[kMaxDevices];  // per device entry
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared counters must be lock-free");

@@ -43,8 +43,9 @@ std::string_view to_string(Verdict v);
 struct SharePolicy {
   std::uint64_t window_ns = 500'000'000;  // what "received" is measured over
   // How far ahead of the furthest-behind tenant (in ns of device time at a 100% share) a tenant may
-  // run before it waits: enough to avoid switching on every kernel, small next to the window.
-  std::uint64_t hysteresis_ns = 2'000'000;
+  // run before it waits: each change of turns idles the device for a moment (the time it takes to
+  // see that the last one drained), so turns last tens of ms; still small next to the window.
+  std::uint64_t hysteresis_ns = 20'000'000;
 
   Verdict decide(const TenantLoad& me, std::span<const TenantLoad> others) const;
 };

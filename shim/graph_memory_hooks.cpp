@@ -12,6 +12,7 @@
 
 #include "accounts.h"
 #include "hook_support.h"
+#include "launch_gate.h"
 
 namespace slice::shim {
 namespace {
@@ -84,10 +85,7 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, Call&& call) {
 // Launch or upload: the first one maps the graph's memory.
 template <typename Call>
 CUresult map_and_run(CUgraphExec exec, const char* what, Call&& call) {
-  if (g_exec_count.load(std::memory_order_relaxed) == 0) {  // the common case: no graph memory at all
-    if (session_state() == SessionState::failed) return kFailedClosed;
-    return call();
-  }
+  if (g_exec_count.load(std::memory_order_relaxed) == 0) return call();  // the common case: no graph memory
   return accounted(
       [&](Session& s) {
         GraphExecMemory m;
@@ -159,13 +157,18 @@ extern "C" SLICE_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec,
   });
 }
 
+// A graph launch is a launch: it passes the compute gate, then maps its memory if it has any.
 extern "C" SLICE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
-  return map_and_run(hGraphExec, "cuGraphLaunch", [&] { return SLICE_CALL_REAL(cuGraphLaunch, hGraphExec, hStream); });
+  return gated_launch(hStream, false, [&] {
+    return map_and_run(hGraphExec, "cuGraphLaunch", [&] { return SLICE_CALL_REAL(cuGraphLaunch, hGraphExec, hStream); });
+  });
 }
 
 extern "C" SLICE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  return map_and_run(hGraphExec, "cuGraphLaunch",
-                     [&] { return SLICE_CALL_REAL(cuGraphLaunch_ptsz, hGraphExec, hStream); });
+  return gated_launch(hStream, true, [&] {
+    return map_and_run(hGraphExec, "cuGraphLaunch",
+                       [&] { return SLICE_CALL_REAL(cuGraphLaunch_ptsz, hGraphExec, hStream); });
+  });
 }
 
 extern "C" SLICE_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {

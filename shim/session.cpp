@@ -13,6 +13,7 @@
 
 #include "accounts.h"
 #include "caller_backtrace.h"
+#include "compute.h"
 #include "limits_text.h"
 #include "log.h"
 #include "policy.h"
@@ -130,7 +131,10 @@ void after_fork_in_child() {
 // them to the next recount (and a "dead process" in slicectl status).
 void leave_at_exit() {
   if (g_state.load() != SessionState::running) return;
-  if (Session* s = g_session.load()) s->coordinator->leave();
+  Session* s = g_session.load();
+  if (s == nullptr) return;
+  if (s->compute) s->compute->stop();  // before the driver is torn down, and before the slot goes
+  s->coordinator->leave();
 }
 
 std::string cap_text(std::uint64_t cap) { return cap == kNoLimit ? "no cap" : "cap " + describe_bytes(cap); }
@@ -210,6 +214,7 @@ CUresult start_session() noexcept {
       return CUDA_ERROR_INVALID_VALUE;
     }
     for (const std::string& w : warnings) log::warn(w);
+    s->compute = std::make_unique<Compute>(*s);
     if (log::enabled(LogLevel::info)) {
       std::string line = "tenant '" + s->config.tenant + "' joined " + request.dir + ":";
       for (const SessionDevice& d : s->devices)

@@ -36,6 +36,7 @@ struct SessionDevice {
 
 class PoolAccounts;
 class VmmAccounts;
+class Compute;
 
 struct Session {
   Config config;
@@ -49,6 +50,7 @@ struct Session {
   std::array<std::atomic<std::uint64_t>, kMaxDevices> primary_contexts{};
   std::unique_ptr<PoolAccounts> pools;
   std::unique_ptr<VmmAccounts> vmm;
+  std::unique_ptr<Compute> compute;  // made once the coordinator is joined
 
   Session();
   ~Session();

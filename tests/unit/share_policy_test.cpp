@@ -29,13 +29,14 @@ TEST(SharePolicy, AloneOrBesideIdleTenantsRuns) {
 TEST(SharePolicy, TheTenantFurthestBehindItsShareRunsTheOthersWait) {
   const SharePolicy p;
   // 30% share with 150 ms received = 500 ms at 100%; 70% with 280 ms = 400 ms at 100%.
-  const std::vector<TenantLoad> b = {load(70, 280)};
+  const std::vector<TenantLoad> b = {load(70, 280)};  // 100 ms apart: past the 20 ms hysteresis
   EXPECT_EQ(p.decide(load(30, 150), b), Verdict::hold_for_share);
   const std::vector<TenantLoad> a = {load(30, 150)};
   EXPECT_EQ(p.decide(load(70, 280), a), Verdict::run);
   // Within the hysteresis, both may run.
   const std::vector<TenantLoad> close = {load(50, 250)};
   EXPECT_EQ(p.decide(load(50, 251), close), Verdict::run);
+  EXPECT_EQ(p.decide(load(50, 271), close), Verdict::hold_for_share);
 }
 
 TEST(SharePolicy, OneTenantOfAPriorityAtATimeOnTheDevice) {

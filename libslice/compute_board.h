@@ -1,0 +1,53 @@
+// What the other tenants on one GPU are doing, for the compute scheduler: their effective shares,
+// the device time they received, whether they have work on the device or want it. Read from their
+// tenant files with pread (never a mapping: a tenant that truncates its own file must not fault
+// the readers), and never trusted: a field out of range is clamped, a file that is not a valid
+// tenant file is skipped.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config_values.h"
+
+namespace slice {
+
+// A count confirmed within this long is believed; older means its process died or stopped.
+inline constexpr std::uint64_t kComputeHeartbeatNs = 50'000'000;
+
+struct TenantCompute {
+  std::string name;
+  std::uint32_t share = 100;
+  std::uint32_t limit = 100;
+  Priority priority = Priority::normal;
+  std::uint64_t received_ns = 0;  // cumulative, on this GPU
+  bool active = false;            // has work on the GPU now
+  bool wanting = false;           // has work held back by libslice
+};
+
+class ComputeBoard {
+ public:
+  ComputeBoard(std::string dir, std::string self);
+  ~ComputeBoard();
+  ComputeBoard(const ComputeBoard&) = delete;
+  ComputeBoard& operator=(const ComputeBoard&) = delete;
+
+  // The tenants other than `self` that use the GPU `uuid`. The folder is listed again at most every
+  // 100 ms, so a new tenant is seen within that.
+  void read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::vector<TenantCompute>& out);
+
+ private:
+  void rescan(std::uint64_t now_ns);
+  struct File {
+    std::string name;
+    int fd = -1;
+  };
+  std::string dir_;
+  std::string self_;
+  std::vector<File> files_;
+  std::uint64_t scanned_ns_ = 0;
+  bool scanned_ = false;
+};
+
+}  // namespace slice

@@ -1,0 +1,267 @@
+#include "compute.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "compute_board.h"
+#include "coordinator_layout.h"
+#include "log.h"
+#include "session.h"
+#include "share_policy.h"
+#include "shim.h"
+
+namespace slice::shim {
+namespace {
+
+// How often the watcher looks while this process has work or waits (faster while it drains for
+// someone else: the gap between two tenants' turns is the device idling).
+constexpr std::uint64_t kTickNs = 200'000;
+constexpr std::uint64_t kDrainTickNs = 50'000;  // also while a thread waits at the gate
+constexpr std::uint64_t kIdleTickNs = 2'000'000;
+// How long a launch may be held at a closed gate before it goes anyway: no wait without an end.
+constexpr std::uint64_t kGateDeadlineNs = 2'000'000'000;
+// Work this process may queue ahead when others want the device, in device time.
+constexpr std::uint64_t kQueueAheadNs = 8'000'000;
+
+std::uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+void sleep_ns(std::uint64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000ull), static_cast<long>(ns % 1'000'000'000ull)};
+  nanosleep(&ts, nullptr);
+}
+
+int rank(Priority p) { return p == Priority::high ? 2 : p == Priority::normal ? 1 : 0; }
+
+}  // namespace
+
+struct Compute::Watch {
+  struct Lane {
+    bool active_published = false;
+    bool wanting_published = false;
+    bool was_active = false;          // over the step that ends now
+    std::uint64_t cycle_start_ns = 0;  // when it last went from idle to having work
+    std::uint32_t cycle_launches = 0;
+    std::uint64_t per_launch_ns = 0;   // device time a launch took, as last measured
+    ReceivedWindow mine;
+    std::map<std::string, ReceivedWindow> others;
+    std::vector<TenantCompute> board_rows;
+    CUcontext current = nullptr;       // what the watcher thread has made current
+    std::uint64_t traced_ns = 0;
+  };
+  ComputeBoard board;
+  std::vector<Lane> lanes;
+  SharePolicy policy;
+  std::uint64_t last_ns = 0;
+  Watch(const std::string& dir, const std::string& tenant, std::size_t n) : board(dir, tenant), lanes(n) {}
+};
+
+Compute::Compute(Session& s)
+    : session_(s), lanes_(new ComputeLane[std::max<std::size_t>(s.devices.size(), 1)]),
+      watch_(std::make_unique<Watch>(s.config.coordinator_dir, s.config.tenant, std::max<std::size_t>(s.devices.size(), 1))) {}
+
+Compute::~Compute() { stop(); }
+
+void Compute::use(int device) {
+  lanes_[device].used.store(true, std::memory_order_release);
+  std::call_once(started_, [this] {
+    try {
+      watcher_ = std::thread([this] { run(); });
+    } catch (...) {
+      log::error("libslice could not start its compute watcher; compute shares are not enforced");
+    }
+  });
+}
+
+void Compute::stop() {
+  if (stop_.exchange(true)) return;
+  if (watcher_.joinable()) watcher_.join();
+}
+
+void Compute::run() {
+  while (!stop_.load(std::memory_order_relaxed)) {
+    const std::uint64_t now = monotonic_ns();
+    bool busy = false, draining = false, waiting = false;
+    for (std::size_t d = 0; d < session_.devices.size(); ++d) {
+      ComputeLane& lane = lanes_[d];
+      if (!lane.used.load(std::memory_order_acquire)) continue;
+      tick(static_cast<int>(d), now);
+      busy |= lane.since_drain.load(std::memory_order_relaxed) != 0 || lane.waiting.load(std::memory_order_relaxed) != 0;
+      draining |= lane.since_drain.load(std::memory_order_relaxed) != 0 && !lane.open.load(std::memory_order_relaxed);
+      waiting |= lane.waiting.load(std::memory_order_relaxed) != 0;
+    }
+    watch_->last_ns = now;
+    sleep_ns(draining || waiting ? kDrainTickNs : busy ? kTickNs : kIdleTickNs);
+  }
+}
+
+void Compute::tick(int device, std::uint64_t now) {
+  ComputeLane& lane = lanes_[device];
+  Watch::Lane& w = watch_->lanes[device];
+  Coordinator& c = *session_.coordinator;
+  DeviceEntry& entry = c.device_entry(device);
+
+  // 1. Has this process still work on the device?
+  std::uint32_t launched = lane.since_drain.load(std::memory_order_acquire);
+  if (launched != 0) {
+    if (w.cycle_start_ns == 0) w.cycle_start_ns = now;
+    bool drained = true;
+    {
+      std::lock_guard<std::mutex> lock(lane.mu);
+      for (auto it = lane.targets.begin(); drained && it != lane.targets.end();) {
+        if (w.current != it->context && SLICE_REAL_CU(cuCtxSetCurrent)(it->context) == CUDA_SUCCESS) w.current = it->context;
+        const CUresult rc = it->event != nullptr ? SLICE_REAL_CU(cuEventQuery)(it->event)
+                                                 : SLICE_REAL_CU(cuStreamQuery)(it->stream);
+        if (rc == CUDA_ERROR_NOT_READY) {
+          drained = false;
+        } else if (rc != CUDA_SUCCESS) {  // destroyed: forget it (threads register again)
+          it = lane.targets.erase(it);
+          lane.generation.fetch_add(1, std::memory_order_release);
+          continue;
+        }
+        ++it;
+      }
+    }
+    if (drained && lane.since_drain.compare_exchange_strong(launched, 0)) {
+      if (launched != 0 && now > w.cycle_start_ns) w.per_launch_ns = (now - w.cycle_start_ns) / launched;
+      w.cycle_start_ns = 0;
+      launched = 0;
+    }
+  }
+  const bool active = launched != 0;
+  const bool wanting = lane.waiting.load(std::memory_order_acquire) != 0;
+
+  // 2. Publish it for the others, and credit the step that ends now.
+  if (active != w.active_published) {
+    if (active) entry.active_processes.fetch_add(1);
+    else if (entry.active_processes.load() > 0) entry.active_processes.fetch_sub(1);
+    w.active_published = active;
+  }
+  if (wanting != w.wanting_published) {
+    if (wanting) entry.wanting_processes.fetch_add(1);
+    else if (entry.wanting_processes.load() > 0) entry.wanting_processes.fetch_sub(1);
+    w.wanting_published = wanting;
+  }
+  if (active) entry.active_heartbeat_ns.store(now, std::memory_order_relaxed);
+  if (wanting) entry.wanting_heartbeat_ns.store(now, std::memory_order_relaxed);
+  const Coordinator::ComputeSettings settings = c.compute();
+  entry.compute_share.store(settings.share, std::memory_order_relaxed);
+  entry.compute_limit.store(settings.limit, std::memory_order_relaxed);
+  entry.compute_priority.store(stored_priority(settings.priority), std::memory_order_relaxed);
+
+  watch_->board.read(session_.devices[device].uuid.data(), now, w.board_rows);
+  if (w.was_active && watch_->last_ns != 0 && now > watch_->last_ns) {
+    unsigned tenants = 1;
+    for (const TenantCompute& t : w.board_rows) tenants += t.active;
+    const unsigned processes = std::max(1u, entry.active_processes.load(std::memory_order_relaxed));
+    entry.received_ns.fetch_add((now - watch_->last_ns) / (tenants * processes), std::memory_order_relaxed);
+  }
+  w.was_active = active;
+  const std::uint64_t received = entry.received_ns.load(std::memory_order_relaxed);
+  ReceivedHistory& history = c.received_history(device);
+  const std::uint64_t step = now / kHistoryStepNs;
+  std::uint64_t seen = history.step.load();
+  if (seen < step && history.step.compare_exchange_strong(seen, step)) {
+    const std::uint64_t from = seen == 0 || step - seen > kHistorySamples ? step : seen + 1;
+    for (std::uint64_t s = from; s <= step; ++s) history.total_ns[s % kHistorySamples].store(received);
+  }
+
+  // 3. Decide.
+  w.mine.record(now, received);
+  std::vector<TenantLoad> others;
+  bool contended = settings.limit < 100, higher_present = false;
+  for (const TenantCompute& t : w.board_rows) {
+    ReceivedWindow& window = w.others[t.name];
+    window.record(now, t.received_ns);
+    others.push_back({t.share, t.limit, t.priority, window.received(now, watch_->policy.window_ns), t.active || t.wanting,
+                      t.active});
+    contended |= t.active || t.wanting;
+    higher_present |= (t.active || t.wanting) && rank(t.priority) > rank(settings.priority);
+  }
+  const bool tenant_active = entry.active_processes.load(std::memory_order_relaxed) != 0;
+  const TenantLoad me{settings.share, settings.limit, settings.priority,
+                      w.mine.received(now, watch_->policy.window_ns), true, tenant_active};
+  const Verdict verdict = watch_->policy.decide(me, others);
+  std::uint32_t budget = ~0u;
+  if (contended) {
+    const std::uint64_t per = std::max<std::uint64_t>(w.per_launch_ns, 1);
+    budget = higher_present ? 1 : static_cast<std::uint32_t>(std::clamp<std::uint64_t>(kQueueAheadNs / per, 1, 64));
+  }
+  lane.budget.store(budget, std::memory_order_relaxed);
+  lane.open.store(verdict == Verdict::run, std::memory_order_release);
+  if (log::enabled(LogLevel::trace) && now >= w.traced_ns + 1'000'000'000) {
+    w.traced_ns = now;
+    std::string line = "compute GPU " + std::to_string(device) + ": received " +
+                       std::to_string(me.received_ns / 1'000'000) + " ms of the last " +
+                       std::to_string(watch_->policy.window_ns / 1'000'000) + " ms (" +
+                       std::to_string(received / 1'000'000) + " ms in all), " + std::string(to_string(verdict)) +
+                       ", queue budget " + std::to_string(budget) + ", " + std::to_string(w.per_launch_ns / 1000) +
+                       " us per launch;";
+    for (std::size_t i = 0; i < others.size(); ++i)
+      line += " " + w.board_rows[i].name + ": " + std::to_string(others[i].received_ns / 1'000'000) + " ms" +
+              (others[i].active ? " active" : "") + (w.board_rows[i].wanting ? " wanting" : "");
+    log::write(LogLevel::trace, line);
+  }
+}
+
+GateTicket gate_enter(Session& s, CUstream stream, bool per_thread) {
+  const CurrentContext ctx = current_context(s);
+  if (ctx.device < 0 || !s.compute) return {};
+  ComputeLane& lane = s.compute->lane(ctx.device);
+  if (!lane.used.load(std::memory_order_relaxed)) s.compute->use(ctx.device);
+  // Where the launch goes, so the watcher can tell when it is done (once per thread and stream).
+  thread_local struct {
+    ComputeLane* lane = nullptr;
+    std::uint64_t context = 0;
+    CUstream stream = nullptr;
+    bool per_thread = false;
+    std::uint32_t generation = ~0u;
+    CUevent event = nullptr;
+  } last;
+  const std::uint32_t generation = lane.generation.load(std::memory_order_acquire);
+  if (last.lane != &lane || last.context != ctx.key || last.stream != stream || last.per_thread != per_thread ||
+      last.generation != generation) {
+    ComputeLane::Target target{reinterpret_cast<CUcontext>(ctx.key), stream, nullptr};
+    if (per_thread) {
+      // Another thread cannot query this thread's default stream: an event recorded after each
+      // launch stands for it.
+      thread_local std::map<std::uint64_t, CUevent> events;
+      CUevent& e = events[ctx.key];
+      if (e == nullptr && SLICE_REAL_CU(cuEventCreate)(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) e = nullptr;
+      target.event = e;
+      target.stream = nullptr;
+    }
+    std::lock_guard<std::mutex> lock(lane.mu);
+    const bool known = std::any_of(lane.targets.begin(), lane.targets.end(), [&](const ComputeLane::Target& t) {
+      return t.context == target.context && t.stream == target.stream && t.event == target.event;
+    });
+    if (!known) lane.targets.push_back(target);
+    last = {&lane, ctx.key, stream, per_thread, generation, target.event};
+  }
+  // The gate: open, and not too much queued already. Otherwise wait, never past the deadline.
+  if (!lane.open.load(std::memory_order_acquire) ||
+      lane.since_drain.load(std::memory_order_relaxed) >= lane.budget.load(std::memory_order_relaxed)) {
+    lane.waiting.fetch_add(1);
+    const std::uint64_t deadline = monotonic_ns() + kGateDeadlineNs;
+    while ((!lane.open.load(std::memory_order_acquire) ||
+            lane.since_drain.load(std::memory_order_relaxed) >= lane.budget.load(std::memory_order_relaxed)) &&
+           monotonic_ns() < deadline)
+      sleep_ns(20'000);
+    lane.waiting.fetch_sub(1);
+  }
+  return {&lane, per_thread ? last.event : nullptr};
+}
+
+void gate_leave(const GateTicket& ticket, CUresult rc) {
+  if (ticket.lane == nullptr || rc != CUDA_SUCCESS) return;
+  if (ticket.event != nullptr) SLICE_REAL_CU(cuEventRecord)(ticket.event, CU_STREAM_PER_THREAD);
+  ticket.lane->since_drain.fetch_add(1, std::memory_order_release);
+}
+
+}  // namespace slice::shim

@@ -1,0 +1,83 @@
+// Compute slices in a process: the gate every launch passes, and the watcher thread that measures
+// what this process's tenant receives and decides, with the policy of libslice/share_policy.h,
+// whether the gate is open.
+//
+// The launch path costs a few loads and one atomic add: no lock, no system call, unless the gate is
+// closed (then the launching thread waits, never past a deadline). The watcher starts at the first
+// launch, so a process that only allocates memory pays nothing. Per device it:
+//  - learns when this process has work on the device: launches since it was last idle, and
+//    cuStreamQuery of the streams they went to (or an event, for per-thread default streams, which
+//    another thread cannot query);
+//  - publishes that (and threads held at the gate) in the tenant's entry, with heartbeats;
+//  - credits the tenant with the time it had work, divided among the tenants that had work at the
+//    same time (tenants take turns, so this is nearly always 1) and its own processes with work;
+//  - reads the other tenants' entries, and decides: the gate opens or closes, and how many launches
+//    may be queued before the device has drained (few when others are waiting: a short queue is
+//    what lets another tenant, or a higher priority, have the device soon).
+#pragma once
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace slice::shim {
+
+struct Session;
+
+// One device of this process.
+struct ComputeLane {
+  std::atomic<bool> open{true};                     // the policy lets this process submit
+  std::atomic<std::uint32_t> budget{~0u};           // launches that may be queued before a drain
+  std::atomic<std::uint32_t> since_drain{0};        // launches submitted since it last had no work
+  std::atomic<std::uint32_t> waiting{0};            // threads held at the gate now
+  std::atomic<bool> used{false};                    // a launch came here: the watcher looks after it
+  struct Target {
+    CUcontext context = nullptr;
+    CUstream stream = nullptr;  // queried with cuStreamQuery...
+    CUevent event = nullptr;    // ...or this event, recorded after each launch (per-thread streams)
+  };
+  std::mutex mu;                // guards targets
+  std::vector<Target> targets;  // where this process's launches went
+  std::atomic<std::uint32_t> generation{0};  // bumped when targets shrink (threads re-register)
+};
+
+class Compute {
+ public:
+  explicit Compute(Session& s);
+  ~Compute();
+  ComputeLane& lane(int device) { return lanes_[device]; }
+  // Starts the watcher (once) and marks the device as used.
+  void use(int device);
+  // Stops the watcher (process exit): it must not call the driver while the process tears it down.
+  void stop();
+
+ private:
+  struct Watch;  // the watcher's own state (compute.cpp)
+  void run();
+  void tick(int device, std::uint64_t now_ns);
+  Session& session_;
+  std::unique_ptr<ComputeLane[]> lanes_;
+  std::unique_ptr<Watch> watch_;
+  std::once_flag started_;
+  std::thread watcher_;
+  std::atomic<bool> stop_{false};
+};
+
+// The launch gate, in two halves around the driver's call. gate_enter returns the lane the launch
+// goes to (nullptr: not gated, as when libslice is off), after waiting while the gate is closed;
+// gate_leave counts a launch that succeeded. `per_thread`: the launch went to the calling thread's
+// per-thread default stream (a _ptsz entry point with stream 0, or CU_STREAM_PER_THREAD).
+struct GateTicket {
+  ComputeLane* lane = nullptr;
+  CUevent event = nullptr;  // recorded after a launch to this thread's per-thread default stream
+};
+GateTicket gate_enter(Session& s, CUstream stream, bool per_thread);
+void gate_leave(const GateTicket& ticket, CUresult rc);
+
+}  // namespace slice::shim

@@ -1,0 +1,23 @@
+// gated_launch: what every launch hook (kernels and graphs) does around the driver's call.
+#pragma once
+
+#include "compute.h"
+#include "hook_support.h"
+
+namespace slice::shim {
+
+// `ptsz`: the _ptsz entry point, whose stream 0 is the calling thread's per-thread default stream.
+template <typename Call>
+CUresult gated_launch(CUstream stream, bool ptsz, Call&& call) {
+  return accounted(
+      [&](Session& s) {
+        const bool per_thread = stream == CU_STREAM_PER_THREAD || (ptsz && stream == nullptr);
+        const GateTicket ticket = gate_enter(s, stream, per_thread);
+        const CUresult rc = call();
+        gate_leave(ticket, rc);
+        return rc;
+      },
+      call);
+}
+
+}  // namespace slice::shim
