@@ -82,6 +82,11 @@ bool Coordinator::claim_slot(std::string& error) {
       if (stale) f.header.needs_recount.store(1);
       stale_slot_ = stale;
       slot_ = i;
+      // What a dead owner may have left mid-change: changes under way it never finished would stall
+      // every recount, and a recount it never finished would look like ours (slot + 1).
+      for (SlotDevice& sd : s.devices) sd.flight.store(0);
+      std::uint32_t dead_recounter = static_cast<std::uint32_t>(i + 1);
+      f.header.recount_owner.compare_exchange_strong(dead_recounter, 0);
       ledger_ = std::make_unique<MemoryLedger>(*tenant_, slot_);
       // Zeroed as a change under way: a plain "under way" mark without looking for a recount let
       // a recount already running count the stale values and then keep them in the totals.
@@ -168,7 +173,9 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
   if (ok && c->stale_slot_) c->ledger_->recount();
   if (!ok) return nullptr;
   c->policy_.open(r.dir);
-  c->caps_.assign(r.devices.size(), kNoLimit);
+  c->cap_count_ = r.devices.size();
+  c->caps_ = std::make_unique<std::atomic<std::uint64_t>[]>(std::max<std::size_t>(c->cap_count_, 1));
+  for (std::size_t i = 0; i < c->cap_count_; ++i) c->caps_[i].store(kNoLimit);
   for (const DeviceInfo& d : r.devices) c->device_totals_.push_back(d.total_bytes);
   c->refresh_policy();
   return c;
@@ -186,39 +193,45 @@ void Coordinator::on_fork_child() {
 }
 
 void Coordinator::refresh_policy() {
-  const std::uint64_t generation = policy_.generation();
-  if (policy_read_ && generation == policy_generation_) return;
-  policy_read_ = true;
-  policy_generation_ = generation;
+  std::uint64_t generation = policy_.generation();
+  if (policy_read_.load(std::memory_order_acquire) && generation == policy_generation_.load(std::memory_order_acquire))
+    return;  // the common case: one load here, one in the watcher
+  std::lock_guard<std::mutex> lock(policy_mu_);
+  generation = policy_.generation();
+  if (policy_read_.load() && generation == policy_generation_.load()) return;  // another thread did it
   const TenantFile& f = tenant_->file();
   Policy p;
   std::string message;
   const bool have = read_policy(dir_, tenant_->name(), p, message) == PolicyStatus::ok;
-  compute_.share = have && p.compute_share ? *p.compute_share : f.header.registered.compute_share;
-  compute_.limit = have && p.compute_limit ? *p.compute_limit : f.header.registered.compute_limit;
-  compute_.priority = have && p.priority ? *p.priority : priority_from_stored(f.header.registered.priority);
-  compute_.share = std::clamp<std::uint32_t>(compute_.share, 1, 100);
-  compute_.limit = std::clamp<std::uint32_t>(compute_.limit, 1, 100);
-  for (std::size_t i = 0; i < caps_.size(); ++i) {
+  const std::uint32_t share = have && p.compute_share ? *p.compute_share : f.header.registered.compute_share;
+  const std::uint32_t limit = have && p.compute_limit ? *p.compute_limit : f.header.registered.compute_limit;
+  const Priority priority = have && p.priority ? *p.priority : priority_from_stored(f.header.registered.priority);
+  compute_share_.store(std::clamp<std::uint32_t>(share, 1, 100));
+  compute_limit_.store(std::clamp<std::uint32_t>(limit, 1, 100));
+  compute_priority_.store(stored_priority(priority));
+  for (std::size_t i = 0; i < cap_count_; ++i) {
     const DeviceEntry& e = f.devices[entries_[i]];
     std::uint64_t cap = f.header.registered.memory_bytes[entries_[i]];
     // The administrator's word wins over anything a tenant registered. A percentage is of the
     // size the driver reports, never of the size in the tenant's own (writable) file.
     if (have)
       if (const auto w = p.memory_for(e.uuid)) cap = w->bytes_on(device_totals_[i]);
-    caps_[i] = cap;
+    caps_[i].store(cap);
   }
+  policy_generation_.store(generation, std::memory_order_release);
+  policy_read_.store(true, std::memory_order_release);
 }
 
 Coordinator::ComputeSettings Coordinator::compute() {
   if (!forked_) refresh_policy();
-  return compute_;
+  return {compute_share_.load(std::memory_order_relaxed), compute_limit_.load(std::memory_order_relaxed),
+          priority_from_stored(compute_priority_.load(std::memory_order_relaxed))};
 }
 
 std::uint64_t Coordinator::cap(int device) {
   if (forked_) return 0;
   refresh_policy();
-  return caps_[device];
+  return caps_[device].load(std::memory_order_relaxed);
 }
 
 bool Coordinator::reserve(int device, std::uint64_t bytes, Refusal* why) {
@@ -227,15 +240,16 @@ bool Coordinator::reserve(int device, std::uint64_t bytes, Refusal* why) {
     return false;
   }
   refresh_policy();  // one load unless an administrator changed a policy
-  return ledger_->reserve(entries_[device], bytes, caps_[device], why);
+  if (left_.load(std::memory_order_relaxed)) return true;  // exiting: the slot is gone, nothing is charged
+  return ledger_->reserve(entries_[device], bytes, caps_[device].load(std::memory_order_relaxed), why);
 }
 
 void Coordinator::release(int device, std::uint64_t bytes) {
-  if (!forked_) ledger_->release(entries_[device], bytes);
+  if (!forked_ && !left_.load(std::memory_order_relaxed)) ledger_->release(entries_[device], bytes);
 }
 
 void Coordinator::charge_unchecked(int device, std::uint64_t bytes) {
-  if (!forked_) ledger_->reserve(entries_[device], bytes, kNoLimit);
+  if (!forked_ && !left_.load(std::memory_order_relaxed)) ledger_->add_unchecked(entries_[device], bytes);
 }
 
 std::uint64_t Coordinator::usage_without_dead(int device) {
@@ -304,7 +318,8 @@ Coordinator::~Coordinator() {
 }
 
 void Coordinator::leave() {
-  if (forked_.exchange(true) || slot_ < 0 || !tenant_) return;
+  // In a forked child there is nothing of ours to leave (the slot is the parent's).
+  if (forked_ || left_.exchange(true) || slot_ < 0 || !tenant_) return;
   // Give back what this process holds, then the slot itself.
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const std::uint64_t held = ledger_->mine(entries_[i]);

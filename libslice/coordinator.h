@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -44,9 +45,10 @@ class Coordinator {
   static std::unique_ptr<Coordinator> join(const JoinRequest& request, std::string& error,
                                             std::vector<std::string>& warnings);
   ~Coordinator();  // gives back this process's memory and slot
-  // The same, leaving the object in place but inert, for a process that exits while other threads
-  // may still call in: their calls do nothing (a reservation is refused). Anything a thread added
-  // in the instant between is not counted once the slot is free: a recount sums live slots only.
+  // The same, leaving the object in place, for a process that exits while other threads may still
+  // call in: from then on allocations go through uncharged (the process is going away) and caps
+  // still read as they were. Anything a thread added in the instant between is not counted once
+  // the slot is free: a recount sums live slots only.
   void leave();
 
   // `device` is the index into the JoinRequest's devices.
@@ -54,6 +56,7 @@ class Coordinator {
   void release(int device, std::uint64_t bytes);
   // Counts memory the driver already gave out, cap or no cap (a pool that grew by a whole chunk
   // more than asked): usage that leaves it out would lie, and later requests are refused instead.
+  // Never fails: a later release of these bytes must find them.
   void charge_unchecked(int device, std::uint64_t bytes);
   std::uint64_t cap(int device);         // kNoLimit when none
   std::uint64_t usage(int device) const;  // the tenant's, on that device
@@ -98,16 +101,21 @@ class Coordinator {
   std::string dir_;
   int slot_ = -1;
   std::vector<int> entries_;      // JoinRequest device index -> tenant file device entry
-  std::vector<std::uint64_t> caps_;  // effective cap per JoinRequest device
+  // Effective cap per JoinRequest device, and compute settings: read by any thread, rewritten under
+  // policy_mu_ when an administrator's policy changed.
+  std::unique_ptr<std::atomic<std::uint64_t>[]> caps_;
+  std::size_t cap_count_ = 0;
   std::vector<std::uint64_t> device_totals_;  // as the driver reported them
-  ComputeSettings compute_;
+  std::atomic<std::uint32_t> compute_share_{100}, compute_limit_{100}, compute_priority_{0};
   bool stale_slot_ = false;          // our slot was a dead process's
   // In a child made by fork (the parent's membership is not ours), or after leave(): every call
   // does nothing. Atomic because leave() runs while other threads may still call.
   std::atomic<bool> forked_{false};
   static void on_fork_child();
-  std::uint64_t policy_generation_ = 0;
-  bool policy_read_ = false;  // a planted counter must never make the first read look done
+  std::mutex policy_mu_;
+  std::atomic<std::uint64_t> policy_generation_{0};
+  std::atomic<bool> policy_read_{false};  // a planted counter must never make the first read look done
+  std::atomic<bool> left_{false};         // leave() ran: nothing is charged any more
 };
 
 }  // namespace slice

@@ -99,6 +99,13 @@ void MemoryLedger::release(int device, std::uint64_t bytes) {
   end_change(device);
 }
 
+void MemoryLedger::add_unchecked(int device, std::uint64_t bytes) {
+  begin_change_by_deadline(device);
+  tenant_.file().devices[device].used.fetch_add(bytes);
+  tenant_.file().slots[slot_].devices[device].used.fetch_add(bytes);
+  end_change(device);
+}
+
 bool MemoryLedger::any_dead_slot() const {
   const TenantFile& f = tenant_.file();
   for (int i = 0; i < kMaxProcesses; ++i)

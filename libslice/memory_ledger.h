@@ -28,6 +28,9 @@ class MemoryLedger {
   bool reserve(int device, std::uint64_t bytes, std::uint64_t cap, Refusal* why = nullptr);
   // Gives back bytes this process took.
   void release(int device, std::uint64_t bytes);
+  // Adds bytes the driver already gave out, whatever the cap; past the recount deadline it goes
+  // ahead like a release, so it never fails.
+  void add_unchecked(int device, std::uint64_t bytes);
 
   // Rebuilds the tenant's totals from its live processes and frees dead processes' slots. Returns
   // how many dead slots it freed, or -1 when it could not finish (others kept recounting, or a live

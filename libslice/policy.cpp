@@ -245,16 +245,19 @@ bool managed_tenant_file_ok(const std::string& dir, const std::string& tenant, s
 }
 
 PolicyWatcher::~PolicyWatcher() {
-  if (counter_) munmap(const_cast<std::atomic<std::uint64_t>*>(counter_), sizeof(std::uint64_t));
+  if (const auto* counter = counter_.load()) munmap(const_cast<std::atomic<std::uint64_t>*>(counter), sizeof(std::uint64_t));
 }
 
 void PolicyWatcher::open(const std::string& dir) { dir_ = dir; }
 
 std::uint64_t PolicyWatcher::generation() {
-  if (counter_) return counter_->load(std::memory_order_acquire) + 1;
+  if (const auto* counter = counter_.load(std::memory_order_acquire)) return counter->load(std::memory_order_acquire) + 1;
   const std::uint64_t now = monotonic_ns();
-  if (now < next_look_ns_) return 0;
-  next_look_ns_ = now + kLookAgainNs;
+  if (now < next_look_ns_.load(std::memory_order_relaxed)) return 0;
+  std::unique_lock<std::mutex> lock(look_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return 0;  // another thread is looking
+  if (const auto* counter = counter_.load(std::memory_order_acquire)) return counter->load(std::memory_order_acquire) + 1;
+  next_look_ns_.store(now + kLookAgainNs, std::memory_order_relaxed);
   // Mapped only when root's and nobody else's to write, in a trusted folder: a counter a tenant
   // planted could be truncated under every process's mapping (SIGBUS), or lie.
   std::string untrusted;
@@ -270,8 +273,9 @@ std::uint64_t PolicyWatcher::generation() {
     p = mmap(nullptr, sizeof(std::uint64_t), PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return 0;
-  counter_ = static_cast<const std::atomic<std::uint64_t>*>(p);
-  return counter_->load(std::memory_order_acquire) + 1;  // +1: a found counter differs from "none"
+  const auto* counter = static_cast<const std::atomic<std::uint64_t>*>(p);
+  counter_.store(counter, std::memory_order_release);
+  return counter->load(std::memory_order_acquire) + 1;  // +1: a found counter differs from "none"
 }
 
 }  // namespace slice

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -71,12 +72,14 @@ class PolicyWatcher {
  public:
   ~PolicyWatcher();
   void open(const std::string& dir);
-  std::uint64_t generation();  // 0 when no policy folder exists (it is looked for again now and then)
+  // 0 when no policy folder exists (it is looked for again now and then). Safe from any thread.
+  std::uint64_t generation();
 
  private:
   std::string dir_;
-  const std::atomic<std::uint64_t>* counter_ = nullptr;
-  std::uint64_t next_look_ns_ = 0;
+  std::atomic<const std::atomic<std::uint64_t>*> counter_{nullptr};
+  std::atomic<std::uint64_t> next_look_ns_{0};
+  std::mutex look_mu_;  // one thread looks for the counter at a time
 };
 
 }  // namespace slice

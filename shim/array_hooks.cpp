@@ -1,8 +1,9 @@
 // CUDA arrays, 3D (layered, cube map) arrays and mipmapped arrays. The driver does not say what an
 // ordinary array takes (cuArrayGetMemoryRequirements answers only for deferred-mapping arrays), so
-// the charge is computed from the descriptor: rows padded to 512 bytes, times height and depth,
-// summed over mip levels. Deferred-mapping arrays take no memory until cuMemMapArrayAsync maps a
-// cuMemCreate allocation into them, and that allocation is charged already.
+// the charge is computed from the descriptor: rows padded to 512 bytes (block-compressed formats by
+// 4x4 blocks), times height and depth or layers, summed over mip levels. Deferred-mapping and
+// sparse arrays take no memory until cuMemMapArrayAsync maps a cuMemCreate allocation into them,
+// and that allocation is charged already.
 #include <algorithm>
 
 #include "hook_support.h"
@@ -19,29 +20,63 @@ std::uint64_t element_bytes(CUarray_format format) {
     case CU_AD_FORMAT_UNSIGNED_INT16:
     case CU_AD_FORMAT_SIGNED_INT16:
     case CU_AD_FORMAT_HALF: return 2;
-    default: return 4;  // 32-bit formats, and a safe guess for the packed and compressed ones
+    default: return 4;  // 32-bit formats, and a safe guess for packed and video ones
+  }
+}
+
+// Block-compressed formats store 4x4 texels in 8 bytes (BC1, BC4) or 16 (the others).
+std::uint64_t block_bytes(CUarray_format format) {
+  switch (format) {
+    case CU_AD_FORMAT_BC1_UNORM:
+    case CU_AD_FORMAT_BC1_UNORM_SRGB:
+    case CU_AD_FORMAT_BC4_UNORM:
+    case CU_AD_FORMAT_BC4_SNORM: return 8;
+    case CU_AD_FORMAT_BC2_UNORM:
+    case CU_AD_FORMAT_BC2_UNORM_SRGB:
+    case CU_AD_FORMAT_BC3_UNORM:
+    case CU_AD_FORMAT_BC3_UNORM_SRGB:
+    case CU_AD_FORMAT_BC5_UNORM:
+    case CU_AD_FORMAT_BC5_SNORM:
+    case CU_AD_FORMAT_BC6H_UF16:
+    case CU_AD_FORMAT_BC6H_SF16:
+    case CU_AD_FORMAT_BC7_UNORM:
+    case CU_AD_FORMAT_BC7_UNORM_SRGB: return 16;
+    default: return 0;
   }
 }
 
 std::uint64_t array_bytes(std::uint64_t width, std::uint64_t height, std::uint64_t depth, CUarray_format format,
                           unsigned channels) {
-  const std::uint64_t row = (width * element_bytes(format) * channels + kRowAlignment - 1) / kRowAlignment * kRowAlignment;
-  return row * std::max<std::uint64_t>(height, 1) * std::max<std::uint64_t>(depth, 1);
+  std::uint64_t row_bytes = width * element_bytes(format) * channels, rows = std::max<std::uint64_t>(height, 1);
+  if (const std::uint64_t block = block_bytes(format)) {
+    row_bytes = (width + 3) / 4 * block;
+    rows = (rows + 3) / 4;
+  }
+  const std::uint64_t row = (row_bytes + kRowAlignment - 1) / kRowAlignment * kRowAlignment;
+  return row * rows * std::max<std::uint64_t>(depth, 1);
+}
+
+// No memory of their own: deferred-mapping and sparse arrays get theirs from cuMemCreate
+// allocations mapped into them, which are charged already.
+bool backed_elsewhere(unsigned flags) {
+  return (flags & (CUDA_ARRAY3D_DEFERRED_MAPPING | CUDA_ARRAY3D_SPARSE)) != 0;
 }
 
 std::uint64_t descriptor_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d) {
-  if ((d.Flags & CUDA_ARRAY3D_DEFERRED_MAPPING) != 0) return 0;
+  if (backed_elsewhere(d.Flags)) return 0;
   return array_bytes(d.Width, d.Height, d.Depth, d.Format, d.NumChannels);
 }
 
 std::uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d, unsigned levels) {
-  if ((d.Flags & CUDA_ARRAY3D_DEFERRED_MAPPING) != 0) return 0;
+  if (backed_elsewhere(d.Flags)) return 0;
+  // Layers (and a cube map's faces) are not halved from level to level; a 3D array's depth is.
+  const bool layers = (d.Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
   std::uint64_t w = d.Width, h = d.Height, z = d.Depth, total = 0;
   for (unsigned i = 0; i < std::min(levels, 32u); ++i) {  // the driver refuses more; never loop long
     total += array_bytes(w, h, z, d.Format, d.NumChannels);
     w = std::max<std::uint64_t>(w / 2, 1);
     if (h) h = std::max<std::uint64_t>(h / 2, 1);
-    if (z) z = std::max<std::uint64_t>(z / 2, 1);
+    if (z && !layers) z = std::max<std::uint64_t>(z / 2, 1);
   }
   return total;
 }
@@ -87,7 +122,7 @@ extern "C" SLICE_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA
 
 extern "C" SLICE_EXPORT CUresult cuArray3DCreate(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1* d) {
   const std::uint64_t bytes =
-      d != nullptr && (d->Flags & CUDA_ARRAY3D_DEFERRED_MAPPING) == 0
+      d != nullptr && !backed_elsewhere(d->Flags)
           ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels)
           : 0;
   return create(bytes, pHandle, "cuArray3DCreate", [&] { return SLICE_CALL_REAL(cuArray3DCreate, pHandle, d); });

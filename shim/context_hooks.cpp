@@ -6,6 +6,7 @@
 // a context frees the allocations and arrays made in it, so their charges go with it.
 #include <unistd.h>
 
+#include "accounts.h"
 #include "hook_support.h"
 #include "log.h"
 #include "nvml_api.h"
@@ -58,6 +59,12 @@ void forget_context(Session& s, std::uint64_t ctx) {
   if (const std::optional<Charge> c = s.contexts.take(ctx)) uncharge(s, c->device, c->bytes);
   for (const Charge& c : s.pointers.take_owned_by(ctx)) uncharge(s, c.device, c.bytes);
   for (const Charge& c : s.arrays.take_owned_by(ctx)) uncharge(s, c.device, c.bytes);
+  std::lock_guard<std::mutex> lock(s.ipc->mu);  // IPC memory opened in it is closed with it
+  std::erase_if(s.ipc->opens, [&](const auto& entry) {
+    if (entry.second.context != ctx) return false;
+    uncharge(s, entry.second.device, entry.second.bytes);
+    return true;
+  });
 }
 
 // Charges a context just created; false (and a refusal line) when it does not fit.
@@ -177,6 +184,14 @@ extern "C" SLICE_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreatePara
                                                 unsigned int flags, CUdevice dev) {
   return create_context(pctx, dev, "cuCtxCreate",
                         [&] { return SLICE_CALL_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
+  return create_context(pctx, dev, "cuCtxCreate", [&] { return SLICE_CALL_REAL(cuCtxCreate, pctx, flags, dev); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxDestroy(CUcontext ctx) {
+  return destroy_context(ctx, [&] { return SLICE_CALL_REAL(cuCtxDestroy, ctx); });
 }
 
 extern "C" SLICE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {

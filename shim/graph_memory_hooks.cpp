@@ -5,12 +5,14 @@
 // executable graph with allocation nodes (added by cuGraphAddMemAllocNode or captured from
 // cuMemAllocAsync) has its memory reserved against the cap before its first launch or upload.
 // A launch of any other graph costs one relaxed load.
+#include <array>
 #include <atomic>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
 #include "accounts.h"
+#include "coordinator_layout.h"
 #include "hook_support.h"
 #include "launch_gate.h"
 
@@ -20,9 +22,8 @@ namespace {
 constexpr std::uint64_t kGraphPoolChunk = 2ull << 20;  // the pool grows by whole chunks
 
 struct GraphExecMemory {
-  int device = 0;
-  std::uint64_t bytes = 0;  // what its allocation nodes ask for, chunk-rounded
-  bool mapped = false;      // launched or uploaded once: it holds its memory from then on
+  std::array<std::uint64_t, kMaxDevices> bytes{};  // per device: what its allocation nodes ask for, chunk-rounded
+  bool mapped = false;  // launched or uploaded once: it holds its memory from then on
 };
 
 std::mutex g_mu;
@@ -31,7 +32,7 @@ std::unordered_map<CUgraphExec, GraphExecMemory>& execs() {
   static auto* map = new std::unordered_map<CUgraphExec, GraphExecMemory>();
   return *map;
 }
-std::atomic<std::size_t> g_exec_count{0};
+std::atomic<std::size_t> g_exec_count{0};  // of those, not mapped yet: while 0, launches take no lock
 
 std::uint64_t graph_attribute(CUdevice dev, CUgraphMem_attribute attribute) {
   cuuint64_t value = 0;
@@ -40,8 +41,7 @@ std::uint64_t graph_attribute(CUdevice dev, CUgraphMem_attribute attribute) {
   return value;
 }
 
-// What the allocation nodes of a graph ask for, per device (first device found wins: a graph's
-// allocations on several devices are rare; each is charged where its pool lives).
+// What the allocation nodes of a graph ask for, per device (where each node's pool lives).
 bool graph_allocations(Session& s, CUgraph graph, GraphExecMemory& out) {
   const auto get_nodes = SLICE_REAL_CU(cuGraphGetNodes);
   const auto get_type = SLICE_REAL_CU(cuGraphNodeGetType);
@@ -60,9 +60,8 @@ bool graph_allocations(Session& s, CUgraph graph, GraphExecMemory& out) {
       continue;
     const int device = s.index_of(params.poolProps.location.id);
     if (device < 0) continue;
-    if (!any) out.device = device;
     any = true;
-    out.bytes += (params.bytesize + kGraphPoolChunk - 1) / kGraphPoolChunk * kGraphPoolChunk;
+    out.bytes[device] += (params.bytesize + kGraphPoolChunk - 1) / kGraphPoolChunk * kGraphPoolChunk;
   }
   return any;
 }
@@ -85,7 +84,10 @@ CUresult instantiate(CUgraphExec* exec, CUgraph graph, Call&& call) {
 // Launch or upload: the first one maps the graph's memory.
 template <typename Call>
 CUresult map_and_run(CUgraphExec exec, const char* what, Call&& call) {
-  if (g_exec_count.load(std::memory_order_relaxed) == 0) return call();  // the common case: no graph memory
+  if (g_exec_count.load(std::memory_order_relaxed) == 0) {  // the common case: nothing left to map
+    if (session_state() == SessionState::failed) return kFailedClosed;
+    return call();
+  }
   return accounted(
       [&](Session& s) {
         GraphExecMemory m;
@@ -95,19 +97,33 @@ CUresult map_and_run(CUgraphExec exec, const char* what, Call&& call) {
           if (it == execs().end() || it->second.mapped) return call();
           m = it->second;
         }
-        const CUdevice dev = s.devices[m.device].handle;
-        const std::uint64_t reserved = graph_attribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
-        const std::uint64_t used = graph_attribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
-        const std::uint64_t idle = reserved > used ? reserved - used : 0;
-        const std::uint64_t growth = m.bytes > idle ? m.bytes - idle : 0;
-        if (growth != 0 && !charge(s, m.device, growth, what)) return CUDA_ERROR_OUT_OF_MEMORY;
+        // Each device its allocation nodes use: what its graph pool must add, reserved before.
+        std::array<std::uint64_t, kMaxDevices> growth{};
+        for (std::size_t d = 0; d < s.devices.size(); ++d) {
+          if (m.bytes[d] == 0) continue;
+          const CUdevice dev = s.devices[d].handle;
+          const std::uint64_t reserved = graph_attribute(dev, CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT);
+          const std::uint64_t used = graph_attribute(dev, CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT);
+          const std::uint64_t idle = reserved > used ? reserved - used : 0;
+          growth[d] = m.bytes[d] > idle ? m.bytes[d] - idle : 0;
+          if (growth[d] != 0 && !charge(s, static_cast<int>(d), growth[d], what)) {
+            for (std::size_t e = 0; e < d; ++e) uncharge(s, static_cast<int>(e), growth[e]);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+          }
+        }
         const CUresult rc = call();
-        settle_graph_memory(s, m.device);
-        uncharge(s, m.device, growth);
+        for (std::size_t d = 0; d < s.devices.size(); ++d) {
+          if (m.bytes[d] == 0) continue;
+          settle_graph_memory(s, static_cast<int>(d));
+          uncharge(s, static_cast<int>(d), growth[d]);
+        }
         if (rc == CUDA_SUCCESS) {
           std::lock_guard<std::mutex> lock(g_mu);
           const auto it = execs().find(exec);
-          if (it != execs().end()) it->second.mapped = true;
+          if (it != execs().end() && !it->second.mapped) {
+            it->second.mapped = true;
+            g_exec_count.fetch_sub(1);
+          }
         }
         return rc;
       },
@@ -150,6 +166,13 @@ extern "C" SLICE_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* 
   });
 }
 
+extern "C" SLICE_EXPORT CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
+                                                    char* logBuffer, size_t bufferSize) {
+  return instantiate(phGraphExec, hGraph, [&] {
+    return SLICE_CALL_REAL(cuGraphInstantiate, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
+  });
+}
+
 extern "C" SLICE_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
                                                        CUgraphNode* phErrorNode, char* logBuffer, size_t bufferSize) {
   return instantiate(phGraphExec, hGraph, [&] {
@@ -187,7 +210,11 @@ extern "C" SLICE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
         const CUresult rc = call();
         if (rc == CUDA_SUCCESS) {
           std::lock_guard<std::mutex> lock(g_mu);
-          if (execs().erase(hGraphExec) != 0) g_exec_count.fetch_sub(1);
+          const auto it = execs().find(hGraphExec);
+          if (it != execs().end()) {
+            if (!it->second.mapped) g_exec_count.fetch_sub(1);
+            execs().erase(it);
+          }
         }
         return rc;
       },

@@ -5,6 +5,7 @@
 // closed again and refused.
 #include <cstring>
 
+#include "accounts.h"
 #include "hook_support.h"
 
 namespace slice::shim {
@@ -23,18 +24,31 @@ template <typename Call>
 CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Call&& call) {
   return accounted(
       [&](Session& s) {
+        std::lock_guard<std::mutex> lock(s.ipc->mu);  // an open and a close of one address in order
         const CUresult rc = call();
-        if (rc != CUDA_SUCCESS || s.coordinator->ipc_exported_by_tenant(digest_of(handle))) return rc;
-        const int device = current_device_index(s);
+        if (rc != CUDA_SUCCESS) return rc;
+        IpcAccounts::Open& open = s.ipc->opens[*pdptr];
+        if (open.count++ > 0) return rc;  // opened before: the driver counts it, charged once
+        open.context = current_context(s).key;
+        if (s.coordinator->ipc_exported_by_tenant(digest_of(handle))) return rc;  // charged to us already
+        // The GPU the memory lives on (with peer access, not necessarily the current one).
+        int ordinal = -1;
         CUdeviceptr base = 0;
         std::size_t size = 0;
-        if (device < 0 || call_real(SLICE_REAL_CU(cuMemGetAddressRange_v2), &base, &size, *pdptr) != CUDA_SUCCESS) return rc;
+        if (call_real(SLICE_REAL_CU(cuPointerGetAttribute), &ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *pdptr) !=
+                CUDA_SUCCESS ||
+            call_real(SLICE_REAL_CU(cuMemGetAddressRange_v2), &base, &size, *pdptr) != CUDA_SUCCESS)
+          return rc;
+        const int device = ordinal >= 0 && ordinal < static_cast<int>(s.devices.size()) ? ordinal : -1;
+        if (device < 0) return rc;
         if (!charge(s, device, size, "cuIpcOpenMemHandle")) {
           SLICE_CALL_REAL(cuIpcCloseMemHandle, *pdptr);
+          s.ipc->opens.erase(*pdptr);
           *pdptr = 0;
           return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        record(s, s.ipc_opened, *pdptr, Charge{device, size, 0});
+        open.device = device;
+        open.bytes = size;
         return rc;
       },
       call);
@@ -66,5 +80,16 @@ extern "C" SLICE_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMem
 
 extern "C" SLICE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
   const auto call = [&] { return SLICE_CALL_REAL(cuIpcCloseMemHandle, dptr); };
-  return accounted([&](Session& s) { return free_recorded(s, s.ipc_opened, dptr, call); }, call);
+  return accounted(
+      [&](Session& s) {
+        std::lock_guard<std::mutex> lock(s.ipc->mu);
+        const CUresult rc = call();
+        const auto it = s.ipc->opens.find(dptr);
+        if (rc == CUDA_SUCCESS && it != s.ipc->opens.end() && --it->second.count <= 0) {
+          uncharge(s, it->second.device, it->second.bytes);
+          s.ipc->opens.erase(it);
+        }
+        return rc;
+      },
+      call);
 }

@@ -1,6 +1,7 @@
 // Device memory: cuMemAlloc, pitched and managed allocations and their frees, in both ABIs (the
 // legacy 32-bit exports are still in the driver, so they are charged too). Each allocation is
 // charged before the driver is asked, recorded by its address, and given back at its free.
+#include "accounts.h"
 #include "hook_support.h"
 
 namespace slice::shim {
@@ -25,7 +26,20 @@ CUresult alloc_on_current_device(const char* what, std::uint64_t bytes, const CU
 
 template <typename Call>
 CUresult free_pointer(CUdeviceptr dptr, Call&& call) {
-  return accounted([&](Session& s) { return free_recorded(s, s.pointers, dptr, call); }, call);
+  return accounted(
+      [&](Session& s) {
+        // Taken before the free: once the driver freed it, another thread may get the same address.
+        const std::optional<Charge> c = s.pointers.take(dptr);
+        const CUresult rc = call();
+        if (c) {
+          if (rc == CUDA_SUCCESS) uncharge(s, c->device, c->bytes);
+          else s.pointers.insert(dptr, *c);
+        } else if (rc == CUDA_SUCCESS) {
+          forget_pool_pointer(s, dptr);  // cuMemFree may also free a stream-ordered allocation
+        }
+        return rc;
+      },
+      call);
 }
 
 template <typename Pitch, typename Call>

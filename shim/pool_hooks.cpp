@@ -41,17 +41,29 @@ int device_of_stream(Session& s, CUstream stream) {
   return current_device_index(s);
 }
 
+// A pool's device: known once it has been seen (created through the hook, or settled before);
+// else it is some device's default or current pool. A pool may serve a stream on another device, so
+// the stream's device is only the last guess.
 int device_of_pool(Session& s, CUmemoryPool pool, CUstream stream) {
   {
     std::lock_guard<std::mutex> lock(s.pools->mu);
     const auto it = s.pools->pools.find(pool);
     if (it != s.pools->pools.end()) return it->second.device;
   }
-  return device_of_stream(s, stream);  // a pool used from a stream lives on the stream's device
+  const auto get_default = SLICE_REAL_CU(cuDeviceGetDefaultMemPool);
+  const auto get_current = SLICE_REAL_CU(cuDeviceGetMemPool);
+  for (const SessionDevice& d : s.devices) {
+    CUmemoryPool p = nullptr;
+    if ((get_default != nullptr && get_default(&p, d.handle) == CUDA_SUCCESS && p == pool) ||
+        (get_current != nullptr && get_current(&p, d.handle) == CUDA_SUCCESS && p == pool))
+      return d.ordinal;
+  }
+  return device_of_stream(s, stream);
 }
 
 template <typename Call>
-CUresult alloc_from(Session& s, CUmemoryPool pool, int device, std::uint64_t bytes, const char* what, Call&& call) {
+CUresult alloc_from(Session& s, CUmemoryPool pool, int device, std::uint64_t bytes, const char* what,
+                    const CUdeviceptr* dptr, Call&& call) {
   const std::uint64_t reserved = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
   const std::uint64_t used = pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
   const std::uint64_t idle = reserved > used ? reserved - used : 0;
@@ -61,36 +73,64 @@ CUresult alloc_from(Session& s, CUmemoryPool pool, int device, std::uint64_t byt
   const CUresult rc = call();
   settle_pool(s, pool, device);  // first the real charge, then the estimate goes: never a moment uncharged
   uncharge(s, device, growth);
+  if (rc == CUDA_SUCCESS && dptr != nullptr)
+    s.pool_pointers.insert(*dptr, Charge{device, bytes, reinterpret_cast<std::uint64_t>(pool)});
   return rc;
+}
+
+// A stream being captured into a graph allocates nothing now: the graph's memory is charged when
+// it is launched (shim/graph_memory_hooks.cpp). Charging here could refuse a capture that fits.
+bool capturing(CUstream stream) {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  const auto is_capturing = SLICE_REAL_CU(cuStreamIsCapturing);
+  return is_capturing != nullptr && is_capturing(stream, &status) == CUDA_SUCCESS &&
+         status != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 template <typename Call>
 CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream stream, const char* what, Call&& call) {
-  (void)dptr;
   return accounted(
       [&](Session& s) {
+        if (capturing(stream)) return call();
         const int device = device_of_stream(s, stream);
         CUmemoryPool pool = nullptr;
         const auto get_pool = SLICE_REAL_CU(cuDeviceGetMemPool);
         if (device < 0 || get_pool == nullptr || get_pool(&pool, s.devices[device].handle) != CUDA_SUCCESS)
           return call();
-        return alloc_from(s, pool, device, bytes, what, call);
+        return alloc_from(s, pool, device, bytes, what, dptr, call);
       },
       call);
 }
 
 template <typename Call>
-CUresult alloc_from_pool(size_t bytes, CUmemoryPool pool, CUstream stream, const char* what, Call&& call) {
+CUresult alloc_from_pool(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream stream, const char* what,
+                         Call&& call) {
   return accounted(
       [&](Session& s) {
+        if (capturing(stream)) return call();
         const int device = device_of_pool(s, pool, stream);
         if (device < 0) return call();
-        return alloc_from(s, pool, device, bytes, what, call);
+        return alloc_from(s, pool, device, bytes, what, dptr, call);
       },
       call);
 }
 
 }  // namespace
+
+void forget_pool_pointer(Session& s, CUdeviceptr dptr) {
+  const std::optional<Charge> c = s.pool_pointers.take(dptr);
+  if (!c || s.pools->orphan_count.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> lock(s.pools->mu);
+  const auto it = s.pools->orphans.find(reinterpret_cast<CUmemoryPool>(c->owner));
+  if (it == s.pools->orphans.end()) return;
+  const std::uint64_t back = std::min(c->bytes, it->second.charged);
+  uncharge(s, it->second.device, back);
+  it->second.charged -= back;
+  if (it->second.charged == 0) {
+    s.pools->orphans.erase(it);
+    s.pools->orphan_count.fetch_sub(1);
+  }
+}
 
 bool settle_pools(Session& s, int device) {
   bool went_down = false;
@@ -121,13 +161,13 @@ extern "C" SLICE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t 
 
 extern "C" SLICE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                                          CUstream hStream) {
-  return alloc_from_pool(bytesize, pool, hStream, "cuMemAllocFromPoolAsync",
+  return alloc_from_pool(dptr, bytesize, pool, hStream, "cuMemAllocFromPoolAsync",
                          [&] { return SLICE_CALL_REAL(cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream); });
 }
 
 extern "C" SLICE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                                               CUstream hStream) {
-  return alloc_from_pool(bytesize, pool, hStream, "cuMemAllocFromPoolAsync", [&] {
+  return alloc_from_pool(dptr, bytesize, pool, hStream, "cuMemAllocFromPoolAsync", [&] {
     return SLICE_CALL_REAL(cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
   });
 }
@@ -158,9 +198,14 @@ extern "C" SLICE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
         std::lock_guard<std::mutex> lock(s.pools->mu);
         const auto it = s.pools->pools.find(pool);
         if (it != s.pools->pools.end()) {
-          const PoolAccounts::Pool& p = it->second;
-          if (p.charged > outstanding) uncharge(s, p.device, p.charged - outstanding);
+          PoolAccounts::Pool p = it->second;
+          const std::uint64_t kept = std::min(p.charged, outstanding);
+          uncharge(s, p.device, p.charged - kept);
           s.pools->pools.erase(it);
+          if (kept != 0) {
+            s.pools->orphans[pool] = PoolAccounts::Pool{p.device, kept};
+            s.pools->orphan_count.fetch_add(1);
+          }
         }
         return rc;
       },
@@ -193,4 +238,64 @@ extern "C" SLICE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBy
 
 extern "C" SLICE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   return settle_after(pool, [&] { return SLICE_CALL_REAL(cuMemPoolSetAttribute, pool, attr, value); });
+}
+
+namespace {
+
+template <typename Call>
+CUresult free_async(CUdeviceptr dptr, Call&& call) {
+  return accounted(
+      [&](Session& s) {
+        const CUresult rc = call();
+        if (rc == CUDA_SUCCESS) {
+          forget_pool_pointer(s, dptr);
+          s.pools->frees_pending.store(true, std::memory_order_relaxed);
+        }
+        return rc;
+      },
+      call);
+}
+
+// After a synchronisation that may have let pools give memory back (a free came before it).
+template <typename Call>
+CUresult synchronize(Call&& call) {
+  const CUresult rc = call();
+  if (Session* s = current_session(); s != nullptr && s->pools->frees_pending.exchange(false))
+    settle_pools(*s, -1);
+  return rc;
+}
+
+}  // namespace
+
+extern "C" SLICE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+  return free_async(dptr, [&] { return SLICE_CALL_REAL(cuMemFreeAsync, dptr, hStream); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+  return free_async(dptr, [&] { return SLICE_CALL_REAL(cuMemFreeAsync_ptsz, dptr, hStream); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuStreamSynchronize(CUstream hStream) {
+  if (session_state() == SessionState::failed) return kFailedClosed;
+  return synchronize([&] { return SLICE_CALL_REAL(cuStreamSynchronize, hStream); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
+  if (session_state() == SessionState::failed) return kFailedClosed;
+  return synchronize([&] { return SLICE_CALL_REAL(cuStreamSynchronize_ptsz, hStream); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
+  if (session_state() == SessionState::failed) return kFailedClosed;
+  return synchronize([&] { return SLICE_CALL_REAL(cuEventSynchronize, hEvent); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxSynchronize(void) {
+  if (session_state() == SessionState::failed) return kFailedClosed;
+  return synchronize([&] { return SLICE_CALL_REAL(cuCtxSynchronize); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
+  if (session_state() == SessionState::failed) return kFailedClosed;
+  return synchronize([&] { return SLICE_CALL_REAL(cuCtxSynchronize_v2, ctx); });
 }

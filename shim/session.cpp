@@ -13,6 +13,7 @@
 
 #include "accounts.h"
 #include "caller_backtrace.h"
+#include "coordinator_layout.h"
 #include "compute.h"
 #include "limits_text.h"
 #include "log.h"
@@ -88,22 +89,36 @@ std::string unique_tenant_name() {
 }
 
 bool enumerate_devices(Session& s, std::string& error) {
+  const auto get_count = SLICE_REAL_CU(cuDeviceGetCount);
+  const auto get = SLICE_REAL_CU(cuDeviceGet);
+  const auto get_name = SLICE_REAL_CU(cuDeviceGetName);
+  const auto total_mem = SLICE_REAL_HOOK(cuDeviceTotalMem_v2);
+  // cuDeviceGetUuid_v2 came with CUDA 11.4 drivers; older ones have only cuDeviceGetUuid (same
+  // answer for a physical GPU).
+  auto get_uuid = SLICE_REAL_CU(cuDeviceGetUuid_v2);
+  if (get_uuid == nullptr) get_uuid = reinterpret_cast<decltype(get_uuid)>(real_cuda_symbol("cuDeviceGetUuid"));
+  if (get_count == nullptr || get == nullptr || get_name == nullptr || total_mem == nullptr || get_uuid == nullptr) {
+    error = "the driver lacks a function libslice needs to tell GPUs apart (cuDeviceGetUuid, ...)";
+    return false;
+  }
   int count = 0;
-  if (SLICE_REAL_CU(cuDeviceGetCount)(&count) != CUDA_SUCCESS) {
+  if (get_count(&count) != CUDA_SUCCESS) {
     error = "cuDeviceGetCount failed";
     return false;
   }
-  const auto total_mem = SLICE_REAL_HOOK(cuDeviceTotalMem_v2);
-  for (int i = 0; i < count && i < kMaxDevices; ++i) {
+  if (count > kMaxDevices) {
+    error = std::to_string(count) + " GPUs are visible; libslice slices at most " + std::to_string(kMaxDevices) +
+            " per process (set CUDA_VISIBLE_DEVICES)";
+    return false;
+  }
+  for (int i = 0; i < count; ++i) {
     SessionDevice d;
     d.ordinal = i;
     CUuuid uuid{};
     char name[256] = {};
     std::size_t total = 0;
-    if (SLICE_REAL_CU(cuDeviceGet)(&d.handle, i) != CUDA_SUCCESS ||
-        SLICE_REAL_CU(cuDeviceGetUuid_v2)(&uuid, d.handle) != CUDA_SUCCESS ||
-        SLICE_REAL_CU(cuDeviceGetName)(name, sizeof name - 1, d.handle) != CUDA_SUCCESS || total_mem == nullptr ||
-        total_mem(&total, d.handle) != CUDA_SUCCESS) {
+    if (get(&d.handle, i) != CUDA_SUCCESS || get_uuid(&uuid, d.handle) != CUDA_SUCCESS ||
+        get_name(name, sizeof name - 1, d.handle) != CUDA_SUCCESS || total_mem(&total, d.handle) != CUDA_SUCCESS) {
       error = "the driver did not describe device " + std::to_string(i);
       return false;
     }
@@ -141,7 +156,8 @@ std::string cap_text(std::uint64_t cap) { return cap == kNoLimit ? "no cap" : "c
 
 }  // namespace
 
-Session::Session() : pools(std::make_unique<PoolAccounts>()), vmm(std::make_unique<VmmAccounts>()) {}
+Session::Session()
+    : pools(std::make_unique<PoolAccounts>()), vmm(std::make_unique<VmmAccounts>()), ipc(std::make_unique<IpcAccounts>()) {}
 Session::~Session() = default;
 
 int Session::index_of(CUdevice device) const {

@@ -36,6 +36,7 @@ struct SessionDevice {
 
 class PoolAccounts;
 class VmmAccounts;
+class IpcAccounts;
 class Compute;
 
 struct Session {
@@ -44,12 +45,13 @@ struct Session {
   std::vector<SessionDevice> devices;  // index = coordinator device index = ordinal
   AllocationTable pointers;   // cuMemAlloc*, pitch, managed: base address -> charge
   AllocationTable arrays;     // CUarray and CUmipmappedArray handles -> charge
-  AllocationTable ipc_opened; // memory another tenant exported, opened here: address -> charge
+  AllocationTable pool_pointers; // stream-ordered allocations: address -> size, owner = the pool
   AllocationTable contexts;   // context handle -> what creating it took
   // Each device's primary context while it is active (0: none), so its release can find it.
   std::array<std::atomic<std::uint64_t>, kMaxDevices> primary_contexts{};
   std::unique_ptr<PoolAccounts> pools;
   std::unique_ptr<VmmAccounts> vmm;
+  std::unique_ptr<IpcAccounts> ipc;
   std::unique_ptr<Compute> compute;  // made once the coordinator is joined
 
   Session();

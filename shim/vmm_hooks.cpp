@@ -44,11 +44,9 @@ extern "C" SLICE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handl
   const auto call = [&] { return SLICE_CALL_REAL(cuMemRelease, handle); };
   return accounted(
       [&](Session& s) {
+        std::lock_guard<std::mutex> lock(s.vmm->mu);  // across the call: see cuMemMap
         const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) {
-          std::lock_guard<std::mutex> lock(s.vmm->mu);
-          unreference_locked(s, handle);
-        }
+        if (rc == CUDA_SUCCESS) unreference_locked(s, handle);
         return rc;
       },
       call);
@@ -58,9 +56,9 @@ extern "C" SLICE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocat
   const auto call = [&] { return SLICE_CALL_REAL(cuMemRetainAllocationHandle, handle, addr); };
   return accounted(
       [&](Session& s) {
+        std::lock_guard<std::mutex> lock(s.vmm->mu);
         const CUresult rc = call();
         if (rc == CUDA_SUCCESS) {
-          std::lock_guard<std::mutex> lock(s.vmm->mu);
           const auto it = s.vmm->allocations.find(*handle);
           if (it != s.vmm->allocations.end()) ++it->second.references;
         }
@@ -74,13 +72,21 @@ extern "C" SLICE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t o
   const auto call = [&] { return SLICE_CALL_REAL(cuMemMap, ptr, size, offset, handle, flags); };
   return accounted(
       [&](Session& s) {
+        // The driver's call and the table's update under one lock: an unmap and a map of the same
+        // address racing would otherwise update the table in the other order, and drop the new
+        // mapping's reference (uncharged while mapped) and keep the old one's (charged for good).
+        std::lock_guard<std::mutex> lock(s.vmm->mu);
         const CUresult rc = call();
         if (rc == CUDA_SUCCESS) {
-          std::lock_guard<std::mutex> lock(s.vmm->mu);
           const auto it = s.vmm->allocations.find(handle);
           if (it != s.vmm->allocations.end()) {
             ++it->second.references;
-            s.vmm->mappings[ptr] = VmmAccounts::Mapping{handle, size};
+            const auto [m, added] = s.vmm->mappings.try_emplace(ptr, VmmAccounts::Mapping{handle, size});
+            if (!added) {  // the driver let it map over a mapping we knew: that one is gone
+              const CUmemGenericAllocationHandle old = m->second.handle;
+              m->second = VmmAccounts::Mapping{handle, size};
+              unreference_locked(s, old);
+            }
           }
         }
         return rc;
@@ -92,9 +98,9 @@ extern "C" SLICE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemUnmap, ptr, size); };
   return accounted(
       [&](Session& s) {
+        std::lock_guard<std::mutex> lock(s.vmm->mu);  // across the call: see cuMemMap
         const CUresult rc = call();
         if (rc == CUDA_SUCCESS) {
-          std::lock_guard<std::mutex> lock(s.vmm->mu);
           auto it = s.vmm->mappings.lower_bound(ptr);
           while (it != s.vmm->mappings.end() && it->first < ptr + size) {
             const CUmemGenericAllocationHandle handle = it->second.handle;

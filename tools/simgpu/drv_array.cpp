@@ -197,7 +197,9 @@ CUresult cuMipmappedArrayCreate(CUmipmappedArray* out, const CUDA_ARRAY3D_DESCRI
     m->bytes += sa->bytes;
     level.Width = std::max<std::size_t>(level.Width / 2, 1);
     if (level.Height) level.Height = std::max<std::size_t>(level.Height / 2, 1);
-    if (level.Depth) level.Depth = std::max<std::size_t>(level.Depth / 2, 1);
+    // A layered or cube-map mipmap keeps its layers at every level; a 3D one halves its depth.
+    if (level.Depth && !(d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)))
+      level.Depth = std::max<std::size_t>(level.Depth / 2, 1);
   }
   std::lock_guard<std::mutex> lk(driver().mu);
   add_live_locked(m);
