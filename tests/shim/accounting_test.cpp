@@ -7,6 +7,7 @@
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 #include <gtest/gtest.h>
+#include <dlfcn.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <fcntl.h>
@@ -106,6 +107,48 @@ int run_child(const std::string& mode, const std::vector<std::string>& env_chang
   const int rc = wait_child(spawn_child(mode, env_changes, out_path));
   if (output != nullptr) *output = read_file(out_path);
   return rc;
+}
+
+// A CUipcMemHandle as hex, for a child's environment.
+std::string handle_hex(const CUipcMemHandle& handle) {
+  std::string hex;
+  for (char c : handle.reserved) {
+    char b[3];
+    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(c));
+    hex += b;
+  }
+  return hex;
+}
+
+// Waits (at most 10 s) until a child's output says `what`.
+bool wait_for_output(const std::string& path, const std::string& what) {
+  for (int i = 0; i < 1000; ++i) {
+    if (read_file(path).find(what) != std::string::npos) return true;
+    usleep(10000);
+  }
+  return false;
+}
+
+// A graph with one allocation node per (device, bytes), each freed by a free node after it.
+CUresult make_alloc_graph(const std::vector<std::pair<int, std::size_t>>& allocations, CUgraph* out) {
+  CUgraph graph = nullptr;
+  if (const CUresult rc = cuGraphCreate(&graph, 0)) return rc;
+  for (const auto& [device, bytes] : allocations) {
+    CUDA_MEM_ALLOC_NODE_PARAMS params{};
+    params.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    params.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    params.poolProps.location.id = device;
+    params.bytesize = bytes;
+    CUgraphNode alloc = nullptr, free_node = nullptr;
+    CUresult rc = cuGraphAddMemAllocNode(&alloc, graph, nullptr, 0, &params);
+    if (rc == CUDA_SUCCESS) rc = cuGraphAddMemFreeNode(&free_node, graph, &alloc, 1, params.dptr);
+    if (rc != CUDA_SUCCESS) {
+      cuGraphDestroy(graph);
+      return rc;
+    }
+  }
+  *out = graph;
+  return CUDA_SUCCESS;
 }
 
 class Accounting : public ::testing::Test {
@@ -547,12 +590,7 @@ TEST_F(Accounting, IpcMemoryIsChargedOnlyWhereItIsNewToTheTenant) {
   CU_OK(cuMemAlloc_v2(&p, 256 * kMiB));
   CUipcMemHandle handle{};
   CU_OK(cuIpcGetMemHandle(&handle, p));
-  std::string hex;
-  for (char c : handle.reserved) {
-    char b[3];
-    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(c));
-    hex += b;
-  }
+  const std::string hex = handle_hex(handle);
   std::string out;
   // Another tenant opening it: 256 MiB new to that tenant.
   EXPECT_EQ(run_child("ipc-open", {"SLICE_TENANT=other", "IPC_HANDLE=" + hex, "IPC_EXPECT_FREE_MIB=768"}, &out), 0)
@@ -580,6 +618,153 @@ TEST_F(Accounting, TwoGpusEachWithItsCapAndNvmlInitialisedFirst) {
       << out;
 }
 
+TEST_F(Accounting, AGraphInstantiatedThroughTheOldFiveArgumentExportIsRefusedAtLaunch) {
+  // cuGraphInstantiate's pre-12.0 ABI (phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize),
+  // still exported by the driver and handed out by cuGetProcAddress to programs built for CUDA 10.x
+  // and 11.x: a graph instantiated through it must be charged at its launch like any other.
+  using OldInstantiate = CUresult (*)(CUgraphExec*, CUgraph, CUgraphNode*, char*, std::size_t);
+  void* by_dlsym = dlsym(RTLD_DEFAULT, "cuGraphInstantiate");
+  void* by_procaddr = nullptr;
+  CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+  CU_OK(cuGetProcAddress_v2("cuGraphInstantiate", &by_procaddr, 10020, CU_GET_PROC_ADDRESS_DEFAULT, &found));
+  ASSERT_NE(by_dlsym, nullptr);
+  ASSERT_NE(by_procaddr, nullptr);
+  CUstream stream = nullptr;
+  CU_OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  for (int way = 0; way < 2; ++way) {
+    SCOPED_TRACE(way == 0 ? "through dlsym(RTLD_DEFAULT)" : "through cuGetProcAddress(10020)");
+    void* fn = way == 0 ? by_dlsym : by_procaddr;
+    CUgraph graph = nullptr;
+    CU_OK(make_alloc_graph({{device_, 3072 * kMiB}}, &graph));
+    CUgraphExec exec = nullptr;
+    CUgraphNode error_node = nullptr;
+    char log[256] = {};
+    CU_OK(reinterpret_cast<OldInstantiate>(fn)(&exec, graph, &error_node, log, sizeof log));
+    EXPECT_EQ(cuGraphLaunch(exec, stream), CUDA_ERROR_OUT_OF_MEMORY) << "3 GiB of graph memory past a 1 GiB cap";
+    CU_OK(cuStreamSynchronize(stream));
+    EXPECT_EQ(mem_info().free, kCap);
+    CU_OK(cuGraphExecDestroy(exec));
+    CU_OK(cuGraphDestroy(graph));
+    CU_OK(cuDeviceGraphMemTrim(device_));
+  }
+  CU_OK(cuStreamDestroy_v2(stream));
+}
+
+TEST_F(Accounting, AnotherGpusDefaultPoolUsedFromThisGpusStreamIsChargedToItsGpu) {
+  const std::string tmp = std::getenv("SLICE_TEST_TMPDIR");
+  std::string out;
+  EXPECT_EQ(run_child("pool-of-gpu1", {"SIMGPU_STATE=" + tmp + "/pool1-state", "SIMGPU_DEVICES=2",
+                                       "SLICE_COORDINATOR_DIR=" + tmp + "/pool1-coordinator", "SLICE_TENANT=pool1"},
+                      &out),
+            0)
+      << out;
+}
+
+TEST_F(Accounting, AGraphWithAllocationsOnTwoGpusChargesEachGpuItsOwnPart) {
+  const std::string tmp = std::getenv("SLICE_TEST_TMPDIR");
+  std::string out;
+  EXPECT_EQ(run_child("graph-on-two-gpus", {"SIMGPU_STATE=" + tmp + "/graph2-state", "SIMGPU_DEVICES=2",
+                                            "SLICE_COORDINATOR_DIR=" + tmp + "/graph2-coordinator",
+                                            "SLICE_TENANT=graph2"},
+                      &out),
+            0)
+      << out;
+}
+
+TEST_F(Accounting, MemoryOutstandingWhenItsPoolWasDestroyedComesBackWithItsFree) {
+  // In a child of a tenant of its own: a charge left behind goes with it, not into the next tests.
+  std::string out;
+  EXPECT_EQ(run_child("free-after-pool-destroy", {"SLICE_TENANT=orphan"}, &out), 0) << out;
+}
+
+TEST_F(Accounting, TwoThreadsMappingAndUnmappingOneAddressLeaveNothingCharged) {
+  // Each thread maps its own handle at one shared address and unmaps it, thousands of times; the
+  // driver refuses whichever comes second. The table of mappings must follow the driver's order.
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = device_;
+  const std::size_t size = 64 * kMiB;
+  CUmemGenericAllocationHandle handles[2] = {};
+  for (auto& h : handles) CU_OK(cuMemCreate(&h, size, &prop, 0));
+  CUdeviceptr va = 0;
+  CU_OK(cuMemAddressReserve(&va, size, 0, 0, 0));
+  EXPECT_EQ(mem_info().free, kCap - 2 * size);
+  std::atomic<int> mapped{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      cuCtxSetCurrent(context_);
+      for (int i = 0; i < 20000; ++i) {
+        if (cuMemMap(va, size, 0, handles[t], 0) == CUDA_SUCCESS) mapped.fetch_add(1, std::memory_order_relaxed);
+        cuMemUnmap(va, size);  // its own mapping, the other thread's, or none
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_GT(mapped.load(), 0);
+  cuMemUnmap(va, size);  // whatever is still mapped
+  CU_OK(cuMemAddressFree(va, size));
+  for (auto h : handles) CU_OK(cuMemRelease(h));
+  EXPECT_EQ(mem_info().free, kCap) << "all unmapped and released, yet still charged";
+}
+
+TEST_F(Accounting, PoolMemoryAnIdleProcessGaveBackAtASynchronisationIsFreeForTheOthers) {
+  // Process A: 800 MiB from the default pool (release threshold 0), freed, synchronised (the pool
+  // gives the memory back there), then idle. Process B of the same tenant then fits 512 MiB.
+  const std::string release = std::string(std::getenv("SLICE_TEST_TMPDIR")) + "/release-idle-pool";
+  std::string a_out;
+  const pid_t a = spawn_child("pool-free-then-idle", {"SLICE_TENANT=idlepool", "RELEASE_FILE=" + release}, a_out);
+  ASSERT_GT(a, 0);
+  const bool ready = wait_for_output(a_out, "ready");
+  std::string b_out;
+  const int b = ready ? run_child("alloc-512", {"SLICE_TENANT=idlepool"}, &b_out) : -1;
+  std::ofstream(release).put('1');
+  EXPECT_EQ(wait_child(a), 0) << read_file(a_out);
+  unlink(release.c_str());
+  ASSERT_TRUE(ready) << read_file(a_out);
+  EXPECT_EQ(b, 0) << b_out;
+}
+
+TEST_F(Accounting, IpcOpensAreCountedAndGoWithTheContextTheyWereOpenedIn) {
+  CUdeviceptr p = 0;
+  CU_OK(cuMemAlloc_v2(&p, 256 * kMiB));
+  CUipcMemHandle handle{};
+  CU_OK(cuIpcGetMemHandle(&handle, p));
+  std::string out;
+  EXPECT_EQ(run_child("ipc-count", {"SLICE_TENANT=ipccount", "IPC_HANDLE=" + handle_hex(handle)}, &out), 0) << out;
+  CU_OK(cuMemFree_v2(p));
+}
+
+TEST_F(Accounting, AStreamOrderedAllocationBeingCapturedIsNotCharged) {
+  CUdeviceptr held = 0;
+  CU_OK(cuMemAlloc_v2(&held, 900 * kMiB));
+  CUstream stream = nullptr;
+  CU_OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CU_OK(cuStreamBeginCapture_v2(stream, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CUdeviceptr captured = 0;
+  // Only 124 MiB left, but a capture allocates nothing: the graph is charged when launched.
+  EXPECT_EQ(cuMemAllocAsync(&captured, 200 * kMiB, stream), CUDA_SUCCESS);
+  EXPECT_EQ(mem_info().free, kCap - 900 * kMiB);
+  if (captured != 0) {
+    EXPECT_EQ(cuMemFreeAsync(captured, stream), CUDA_SUCCESS);
+  }
+  CUgraph graph = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(stream, &graph), CUDA_SUCCESS);
+  if (graph != nullptr) {
+    CU_OK(cuGraphDestroy(graph));
+  }
+  EXPECT_EQ(mem_info().free, kCap - 900 * kMiB);
+  CU_OK(cuMemFree_v2(held));
+  CU_OK(cuStreamDestroy_v2(stream));
+}
+
+TEST_F(Accounting, AfterLeavingAtExitReportsShowTheCapAndAllocationsGoThrough) {
+  std::string out;
+  EXPECT_EQ(run_child("at-exit", {"SLICE_TENANT=exiting"}, &out), 0) << out;
+  EXPECT_NE(out.find("at exit: total 1024 MiB"), std::string::npos) << out;  // the handler did run
+}
+
 // ---- child modes ----
 
 int child_fail(const char* what) {
@@ -587,7 +772,57 @@ int child_fail(const char* what) {
   return 1;
 }
 
+// cuMemGetInfo's free, with `ctx` current (none: as it is), is `expected`; else says so.
+bool child_free_is(std::uint64_t expected, const char* when, CUcontext ctx = nullptr) {
+  if (ctx != nullptr && cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
+    child_fail("cuCtxSetCurrent");
+    return false;
+  }
+  std::size_t f = 0, t = 0;
+  if (cuMemGetInfo_v2(&f, &t) == CUDA_SUCCESS && f == expected) return true;
+  std::printf("child: free %zu MiB %s, expected %llu MiB\n", f >> 20, when,
+              static_cast<unsigned long long>(expected >> 20));
+  return false;
+}
+
+// Runs after libslice's own exit handler (registered at the first CUDA call, after this one). The
+// checks run on a thread of their own: this thread's thread_local objects (the simulated driver's
+// stack of current contexts among them) are already destroyed when exit handlers run.
+CUcontext g_exit_context = nullptr;
+void check_at_exit() {
+  bool ok = false;
+  std::thread([&] {
+    std::size_t f = 0, t = 0, total = 0;
+    CUdevice dev = 0;
+    CUdeviceptr p = 0;
+    const CUresult set = cuCtxSetCurrent(g_exit_context);
+    const CUresult info = cuMemGetInfo_v2(&f, &t);
+    const CUresult total_rc = cuDeviceGet(&dev, 0) == CUDA_SUCCESS ? cuDeviceTotalMem_v2(&total, dev) : CUDA_ERROR_INVALID_DEVICE;
+    const CUresult alloc = cuMemAlloc_v2(&p, 512 * kMiB);
+    std::printf("at exit: total %zu MiB free %zu MiB (rc %d), cuDeviceTotalMem %zu MiB (rc %d), cuMemAlloc 512 MiB rc %d\n",
+                t >> 20, f >> 20, info, total >> 20, total_rc, alloc);
+    std::fflush(stdout);
+    ok = set == CUDA_SUCCESS && info == CUDA_SUCCESS && t == kCap && f == kCap && total_rc == CUDA_SUCCESS &&
+         total == kCap && alloc == CUDA_SUCCESS;
+    if (alloc == CUDA_SUCCESS) cuMemFree_v2(p);
+  }).join();
+  if (!ok) _exit(1);
+}
+
 int child_main(const std::string& mode) {
+  if (mode == "at-exit") {
+    // Registered before the first CUDA call, so that it runs after libslice has left at exit.
+    std::atexit(check_at_exit);
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    CUdeviceptr p = 0;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+        cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS || cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
+      return child_fail("context");
+    g_exit_context = ctx;
+    if (cuMemAlloc_v2(&p, 256 * kMiB) != CUDA_SUCCESS) return child_fail("alloc");
+    return child_free_is(kCap - 256 * kMiB, "before exit") ? 0 : 1;  // held at exit
+  }
   if (mode == "two-gpus") {
     if (nvmlInit_v2() != NVML_SUCCESS) return child_fail("nvmlInit");
     nvmlDevice_t nvml[2] = {};
@@ -631,6 +866,144 @@ int child_main(const std::string& mode) {
   if (cuDeviceGet(&dev, 0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
       cuCtxSetCurrent(ctx) != CUDA_SUCCESS)
     return child_fail("context");
+  if (mode == "pool-of-gpu1") {
+    // Device 1's default pool, allocated from on a stream of device 0's context.
+    CUdevice dev1 = 0;
+    CUcontext ctx1 = nullptr;
+    CUstream stream = nullptr;
+    CUmemoryPool pool1 = nullptr;
+    if (cuDeviceGet(&dev1, 1) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx1, dev1) != CUDA_SUCCESS ||
+        cuCtxSetCurrent(ctx) != CUDA_SUCCESS || cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+        cuDeviceGetDefaultMemPool(&pool1, dev1) != CUDA_SUCCESS)
+      return child_fail("setup");
+    CUdeviceptr p = 0;
+    if (cuMemAllocFromPoolAsync(&p, 900 * kMiB, pool1, stream) != CUDA_SUCCESS)
+      return child_fail("cuMemAllocFromPoolAsync from device 1's pool");
+    bool ok = child_free_is(kCap - 900 * kMiB, "on GPU 1 with 900 MiB from its pool", ctx1);
+    ok &= child_free_is(kCap, "on GPU 0 (the stream's) with 900 MiB from GPU 1's pool", ctx);
+    if (cuMemFreeAsync(p, stream) != CUDA_SUCCESS || cuStreamSynchronize(stream) != CUDA_SUCCESS ||
+        cuMemPoolTrimTo(pool1, 0) != CUDA_SUCCESS)
+      return child_fail("free");
+    ok &= child_free_is(kCap, "on GPU 1 after the free and a trim", ctx1);
+    ok &= child_free_is(kCap, "on GPU 0 after the free and a trim", ctx);
+    return ok ? 0 : 1;
+  }
+  if (mode == "graph-on-two-gpus") {
+    CUdevice dev1 = 0;
+    CUcontext ctx1 = nullptr;
+    CUstream stream = nullptr;
+    if (cuDeviceGet(&dev1, 1) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx1, dev1) != CUDA_SUCCESS ||
+        cuCtxSetCurrent(ctx) != CUDA_SUCCESS || cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+      return child_fail("setup");
+    CUgraph graph = nullptr;
+    CUgraphExec exec = nullptr;
+    if (make_alloc_graph({{0, 2 * kMiB}, {1, 900 * kMiB}}, &graph) != CUDA_SUCCESS ||
+        cuGraphInstantiateWithFlags(&exec, graph, 0) != CUDA_SUCCESS)
+      return child_fail("graph");
+    if (cuGraphLaunch(exec, stream) != CUDA_SUCCESS || cuStreamSynchronize(stream) != CUDA_SUCCESS)
+      return child_fail("launch");
+    bool ok = child_free_is(kCap - 2 * kMiB, "on GPU 0 after the launch (its node: 2 MiB)", ctx);
+    ok &= child_free_is(kCap - 900 * kMiB, "on GPU 1 after the launch (its node: 900 MiB)", ctx1);
+    if (cuGraphExecDestroy(exec) != CUDA_SUCCESS || cuGraphDestroy(graph) != CUDA_SUCCESS ||
+        cuDeviceGraphMemTrim(dev) != CUDA_SUCCESS || cuDeviceGraphMemTrim(dev1) != CUDA_SUCCESS)
+      return child_fail("destroy and trim");
+    ok &= child_free_is(kCap, "on GPU 0 after a trim", ctx);
+    ok &= child_free_is(kCap, "on GPU 1 after a trim", ctx1);
+    return ok ? 0 : 1;
+  }
+  if (mode == "pool-free-then-idle") {  // then idle until RELEASE_FILE exists (at most 10 s)
+    CUmemoryPool pool = nullptr;
+    CUstream stream = nullptr;
+    cuuint64_t keep_none = 0;
+    if (cuDeviceGetDefaultMemPool(&pool, dev) != CUDA_SUCCESS ||
+        cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_none) != CUDA_SUCCESS ||
+        cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+      return child_fail("setup");
+    CUdeviceptr p = 0;
+    if (cuMemAllocAsync(&p, 800 * kMiB, stream) != CUDA_SUCCESS || cuMemFreeAsync(p, stream) != CUDA_SUCCESS ||
+        cuStreamSynchronize(stream) != CUDA_SUCCESS)
+      return child_fail("alloc, free, synchronise");
+    std::printf("ready\n");
+    std::fflush(stdout);
+    const char* release = std::getenv("RELEASE_FILE");
+    for (int i = 0; i < 1000 && release != nullptr && access(release, F_OK) != 0; ++i) usleep(10000);
+    return 0;
+  }
+  if (mode == "free-after-pool-destroy") {
+    CUmemPoolProps props{};
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev;
+    CUstream stream = nullptr;
+    if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) return child_fail("stream");
+    bool ok = true;
+    for (int round = 0; round < 3; ++round) {
+      std::printf("round %d\n", round);
+      CUmemoryPool pool = nullptr;
+      CUdeviceptr p = 0;
+      if (cuMemPoolCreate(&pool, &props) != CUDA_SUCCESS) return child_fail("cuMemPoolCreate");
+      if (const CUresult rc = cuMemAllocFromPoolAsync(&p, 400 * kMiB, pool, stream)) {
+        std::printf("child: cuMemAllocFromPoolAsync of 400 MiB: %d\n", rc);
+        return 1;
+      }
+      ok &= child_free_is(kCap - 400 * kMiB, "with 400 MiB from the pool");
+      if (cuMemPoolDestroy(pool) != CUDA_SUCCESS) return child_fail("cuMemPoolDestroy");
+      // The allocation outlives its pool; its free gives the memory back.
+      if (const CUresult rc = cuMemFreeAsync(p, stream)) {
+        std::printf("child: cuMemFreeAsync of the destroyed pool's allocation: %d\n", rc);
+        ok = false;
+      }
+      if (cuStreamSynchronize(stream) != CUDA_SUCCESS) return child_fail("cuStreamSynchronize");
+      ok &= child_free_is(kCap, "after the free of the destroyed pool's allocation and a synchronisation");
+    }
+    CUdeviceptr all = 0;
+    if (const CUresult rc = cuMemAlloc_v2(&all, kCap)) {
+      std::printf("child: cuMemAlloc of the whole cap after three rounds: %d\n", rc);
+      ok = false;
+    }
+    return ok ? 0 : 1;
+  }
+  if (mode == "alloc-512") {
+    CUdeviceptr p = 0;
+    const CUresult rc = cuMemAlloc_v2(&p, 512 * kMiB);
+    std::printf("cuMemAlloc 512 MiB: %d\n", rc);
+    return rc == CUDA_SUCCESS ? 0 : child_fail("512 MiB refused");
+  }
+  if (mode == "ipc-count") {  // another tenant than the exporter's: each open is new memory to it
+    const char* hex = std::getenv("IPC_HANDLE");
+    CUipcMemHandle handle{};
+    for (std::size_t i = 0; hex != nullptr && i < sizeof handle.reserved && hex[2 * i] != '\0'; ++i)
+      handle.reserved[i] = static_cast<char>(std::stoi(std::string(hex + 2 * i, 2), nullptr, 16));
+    const std::uint64_t charged = kCap - 256 * kMiB;
+    bool ok = true;
+    // Opened twice: the same pointer, counted by the driver, charged once; one close keeps it.
+    CUdeviceptr p = 0, q = 0;
+    if (cuIpcOpenMemHandle_v2(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS ||
+        cuIpcOpenMemHandle_v2(&q, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS)
+      return child_fail("open twice");
+    if (p != q) return child_fail("two opens gave two pointers");
+    ok &= child_free_is(charged, "opened twice");
+    if (cuIpcCloseMemHandle(p) != CUDA_SUCCESS) return child_fail("first close");
+    ok &= child_free_is(charged, "after one close of two opens (still mapped)");
+    if (cuIpcCloseMemHandle(p) != CUDA_SUCCESS) return child_fail("second close");
+    ok &= child_free_is(kCap, "after the second close");
+    // Opened in a context of its own, then that context destroyed: closed with it.
+    CUcontext mine = nullptr;
+    if (cuCtxCreate_v2(&mine, 0, dev) != CUDA_SUCCESS) return child_fail("cuCtxCreate");
+    if (cuIpcOpenMemHandle_v2(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS)
+      return child_fail("open in a created context");
+    ok &= child_free_is(charged, "opened in a created context");
+    if (cuCtxDestroy_v2(mine) != CUDA_SUCCESS) return child_fail("cuCtxDestroy");
+    ok &= child_free_is(kCap, "after destroying the context it was opened in", ctx);
+    // Opened in the primary context, then that reset.
+    if (cuIpcOpenMemHandle_v2(&p, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) != CUDA_SUCCESS)
+      return child_fail("open in the primary context");
+    ok &= child_free_is(charged, "opened in the primary context");
+    if (cuDevicePrimaryCtxReset_v2(dev) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+      return child_fail("primary context reset");
+    ok &= child_free_is(kCap, "after resetting the primary context it was opened in", ctx);
+    return ok ? 0 : 1;
+  }
   if (mode == "contexts") {
     std::size_t f = 0, t = 0;
     const auto free_is = [&](std::uint64_t expected, const char* when) {

@@ -2,6 +2,8 @@
 // keeps what is freed into it until a synchronisation trims it to the release threshold, or
 // cuMemPoolTrimTo trims it: memory a pool keeps stays in use on the device, as on the real driver.
 // On a capturing stream, cuMemAllocAsync and cuMemFreeAsync become graph memory nodes instead.
+#include <algorithm>
+
 #include "graph.h"
 
 namespace simgpu {
@@ -14,6 +16,9 @@ struct MemPool {
   std::uint64_t used_high = 0;
   std::uint64_t release_threshold = 0;
   int reuse_follow_event = 1, reuse_opportunistic = 1, reuse_internal = 1;
+  // cuMemPoolDestroy with allocations still out: the handle is gone, the memory stays until the
+  // last of them is freed ("released automatically once there are no more outstanding allocations").
+  bool destroyed = false;
 };
 
 namespace {
@@ -123,6 +128,10 @@ CUresult free_to_pool(CUdeviceptr dptr, CUstream hs, bool pt) {
     std::lock_guard<std::mutex> lk2(driver().mu);
     a.pool->used -= a.mapped <= a.pool->used ? a.mapped : a.pool->used;
     unmap_host_memory(reinterpret_cast<void*>(a.base), a.mapped);
+    if (a.pool->destroyed && a.pool->used == 0) {  // the last one of a destroyed pool: now it goes
+      if (a.pool->reserved) uncharge_device(a.pool->device, a.pool->reserved);
+      delete a.pool;
+    }
   };
   enqueue_locked(s, std::move(op));
   return CUDA_SUCCESS;
@@ -212,17 +221,16 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   MemPool* p = live_pool_locked(pool);
   if (!p || p == g.default_pool[p->device]) return CUDA_ERROR_INVALID_VALUE;
   if (g.current_pool[p->device] == p) g.current_pool[p->device] = g.default_pool[p->device];
-  // Memory still allocated from it is freed with the pool, as the driver defers and then releases it.
-  for (auto it = g.allocations.begin(); it != g.allocations.end();) {
-    if (it->second.pool == p) {
-      unmap_host_memory(reinterpret_cast<void*>(it->second.base), it->second.mapped);
-      it = g.allocations.erase(it);
-    } else {
-      ++it;
-    }
+  remove_live_locked(p);  // the handle is invalid from now on
+  // "If any pointers obtained from this pool haven't been freed ... the resources associated with
+  // the pool will be released automatically once there are no more outstanding allocations."
+  const bool outstanding = std::any_of(g.allocations.begin(), g.allocations.end(),
+                                       [&](const auto& a) { return a.second.pool == p; });
+  if (outstanding || p->used != 0) {
+    p->destroyed = true;
+    return CUDA_SUCCESS;
   }
   if (p->reserved) uncharge_device(p->device, p->reserved);
-  remove_live_locked(p);
   delete p;
   return CUDA_SUCCESS;
 }
