@@ -57,31 +57,117 @@ void ComputeBoard::rescan(std::uint64_t now_ns) {
   files_ = std::move(kept);
 }
 
-void ComputeBoard::read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::vector<TenantCompute>& out) {
+std::uint64_t received_over(const ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns,
+                            std::uint64_t window_ns) {
+  const std::uint64_t newest = history.step.load(std::memory_order_acquire);
+  const std::uint64_t from = now_ns > window_ns ? now_ns - window_ns : 0;
+  if (newest == 0) return 0;  // no history yet
+  const std::uint64_t oldest = newest >= kHistorySamples ? newest - kHistorySamples + 1 : 1;
+  const auto sample = [&](std::uint64_t step) { return history.total_ns[step % kHistorySamples].load(std::memory_order_relaxed); };
+  std::uint64_t k = from / kHistoryStepNs;
+  if (k < oldest) k = oldest;  // less history than the window: since the oldest sample
+  if (k > newest) {
+    // The window starts after the newest sample: between it and now.
+    const std::uint64_t t0 = newest * kHistoryStepNs, v0 = sample(newest);
+    if (now_ns <= t0 || cumulative_ns <= v0) return 0;
+    const std::uint64_t at_from = v0 + (cumulative_ns - v0) * (std::max(from, t0) - t0) / (now_ns - t0);
+    return cumulative_ns > at_from ? cumulative_ns - at_from : 0;
+  }
+  const std::uint64_t t0 = k * kHistoryStepNs, v0 = sample(k);
+  const std::uint64_t t1 = k < newest ? t0 + kHistoryStepNs : now_ns;
+  const std::uint64_t v1 = k < newest ? sample(k + 1) : cumulative_ns;
+  std::uint64_t at_from = v0;
+  if (from > t0 && t1 > t0 && v1 > v0) at_from += (v1 - v0) * std::min(from - t0, t1 - t0) / (t1 - t0);
+  return cumulative_ns > at_from ? cumulative_ns - at_from : 0;
+}
+
+void record_history(ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns) {
+  const std::uint64_t step = now_ns / kHistoryStepNs;
+  std::uint64_t seen = history.step.load();
+  if (seen >= step) return;
+  // The samples first, then the step that makes them visible (a reader never sees a step whose
+  // sample is not written). Steps nobody saw (no process ticked) get the same value: nothing was
+  // received then.
+  const std::uint64_t from = seen == 0 || step - seen > kHistorySamples ? step : seen + 1;
+  for (std::uint64_t s = from; s <= step; ++s) history.total_ns[s % kHistorySamples].store(cumulative_ns);
+  history.step.compare_exchange_strong(seen, step);
+}
+
+namespace {
+
+constexpr std::uint64_t kFullReadNs = 2'000'000;
+constexpr int kAbsent = -2;  // File::entry of a tenant not on this GPU (or unreadable)
+
+void load_entry(const DeviceEntry& e, std::uint64_t now_ns, TenantCompute& t) {
+  t.share = percent(e.compute_share.load(std::memory_order_relaxed));
+  t.limit = percent(e.compute_limit.load(std::memory_order_relaxed));
+  t.priority = priority_from_stored(e.compute_priority.load(std::memory_order_relaxed));
+  t.received_ns = e.received_ns.load(std::memory_order_relaxed);
+  t.active = e.active_processes.load(std::memory_order_relaxed) != 0 &&
+             fresh(e.active_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
+  t.wanting = e.wanting_processes.load(std::memory_order_relaxed) != 0 &&
+              fresh(e.wanting_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
+}
+
+}  // namespace
+
+bool ComputeBoard::read_full(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns) {
+  // The start of a tenant file: its bytes are read, then the header and device entries are loaded
+  // from where the layout puts them.
+  alignas(TenantFile) static thread_local unsigned char raw[kReadBytes];
+  const auto* header = reinterpret_cast<const TenantHeader*>(raw + offsetof(TenantFile, header));
+  const auto* devices = reinterpret_cast<const DeviceEntry*>(raw + offsetof(TenantFile, devices));
+  alignas(ReceivedHistory) static thread_local unsigned char history_raw[sizeof(ReceivedHistory)];
+  f.entry = kAbsent;  // until found below: not looked at again before the next full read
+  if (::pread(f.fd, raw, kReadBytes, 0) != static_cast<ssize_t>(kReadBytes)) return false;
+  const TenantHeader& h = *header;
+  if (h.magic != kTenantMagic || h.version != kTenantVersion || h.file_size != sizeof(TenantFile)) return false;
+  for (int index = 0; index < kMaxDevices; ++index) {
+    const DeviceEntry& e = devices[index];
+    if (e.state.load(std::memory_order_relaxed) != 2 || std::memcmp(e.uuid, uuid, 16) != 0) continue;
+    TenantCompute t;
+    t.name = f.name;
+    load_entry(e, now_ns, t);
+    const off_t at = static_cast<off_t>(offsetof(TenantFile, history) + index * sizeof(ReceivedHistory));
+    if (::pread(f.fd, history_raw, sizeof history_raw, at) == static_cast<ssize_t>(sizeof history_raw))
+      t.window_received_ns = std::min(
+          received_over(*reinterpret_cast<const ReceivedHistory*>(history_raw), t.received_ns, now_ns, window_ns),
+          window_ns);
+    f.entry = index;
+    f.received_at_full = t.received_ns;
+    f.last = std::move(t);
+    return true;
+  }
+  return false;
+}
+
+bool ComputeBoard::read_entry(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns) {
+  alignas(DeviceEntry) static thread_local unsigned char raw[sizeof(DeviceEntry)];
+  const auto* e = reinterpret_cast<const DeviceEntry*>(raw);
+  const off_t at = static_cast<off_t>(offsetof(TenantFile, devices) + f.entry * sizeof(DeviceEntry));
+  if (::pread(f.fd, raw, sizeof raw, at) != static_cast<ssize_t>(sizeof raw) || e->state.load() != 2 ||
+      std::memcmp(e->uuid, uuid, 16) != 0)
+    return read_full(f, uuid, now_ns, window_ns);
+  const std::uint64_t window = f.last.window_received_ns;
+  load_entry(*e, now_ns, f.last);
+  // What it received since the full read is within the window too (the window's far end moves
+  // little in 2 ms).
+  const std::uint64_t since = f.last.received_ns > f.received_at_full ? f.last.received_ns - f.received_at_full : 0;
+  f.last.window_received_ns = std::min(window + since, window_ns);
+  f.received_at_full = f.last.received_ns;
+  return true;
+}
+
+void ComputeBoard::read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns,
+                        std::vector<TenantCompute>& out) {
   out.clear();
   rescan(now_ns);
-  // A buffer shaped like the start of a tenant file: its bytes are read into it, then loaded.
-  alignas(TenantFile) static thread_local unsigned char raw[kReadBytes];
-  const auto* file = reinterpret_cast<const TenantFile*>(raw);
-  for (const File& f : files_) {
-    if (::pread(f.fd, raw, kReadBytes, 0) != static_cast<ssize_t>(kReadBytes)) continue;
-    const TenantHeader& h = file->header;
-    if (h.magic != kTenantMagic || h.version != kTenantVersion || h.file_size != sizeof(TenantFile)) continue;
-    for (const DeviceEntry& e : file->devices) {
-      if (e.state.load(std::memory_order_relaxed) != 2 || std::memcmp(e.uuid, uuid, 16) != 0) continue;
-      TenantCompute t;
-      t.name = f.name;
-      t.share = percent(e.compute_share.load(std::memory_order_relaxed));
-      t.limit = percent(e.compute_limit.load(std::memory_order_relaxed));
-      t.priority = priority_from_stored(e.compute_priority.load(std::memory_order_relaxed));
-      t.received_ns = e.received_ns.load(std::memory_order_relaxed);
-      t.active = e.active_processes.load(std::memory_order_relaxed) != 0 &&
-                 fresh(e.active_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
-      t.wanting = e.wanting_processes.load(std::memory_order_relaxed) != 0 &&
-                  fresh(e.wanting_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
-      out.push_back(std::move(t));
-      break;
-    }
+  const bool full = now_ns >= full_read_ns_ + kFullReadNs;
+  if (full) full_read_ns_ = now_ns;
+  for (File& f : files_) {
+    if (!full && f.entry == kAbsent) continue;
+    const bool ok = full || f.entry < 0 ? read_full(f, uuid, now_ns, window_ns) : read_entry(f, uuid, now_ns, window_ns);
+    if (ok) out.push_back(f.last);
   }
 }
 

@@ -21,10 +21,20 @@ struct TenantCompute {
   std::uint32_t share = 100;
   std::uint32_t limit = 100;
   Priority priority = Priority::normal;
-  std::uint64_t received_ns = 0;  // cumulative, on this GPU
-  bool active = false;            // has work on the GPU now
-  bool wanting = false;           // has work held back by libslice
+  std::uint64_t received_ns = 0;         // cumulative, on this GPU
+  std::uint64_t window_received_ns = 0;  // over the window asked for (received_over)
+  bool active = false;                   // has work on the GPU now
+  bool wanting = false;                  // has work held back by libslice
 };
+
+struct ReceivedHistory;
+// Device time received over the last `window_ns`, from a tenant's shared history (samples at fixed
+// steps, interpolated) and its cumulative total now. Every process computes the same figure for a
+// tenant, whenever it started watching: the scheduler's decisions must agree.
+std::uint64_t received_over(const ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns,
+                            std::uint64_t window_ns);
+// Records `cumulative_ns` as the sample of the step `now_ns` falls in, and of any steps missed.
+void record_history(ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns);
 
 class ComputeBoard {
  public:
@@ -33,16 +43,25 @@ class ComputeBoard {
   ComputeBoard(const ComputeBoard&) = delete;
   ComputeBoard& operator=(const ComputeBoard&) = delete;
 
-  // The tenants other than `self` that use the GPU `uuid`. The folder is listed again at most every
-  // 100 ms, so a new tenant is seen within that.
-  void read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::vector<TenantCompute>& out);
+  // The tenants other than `self` that use the GPU `uuid`, with what each received over the last
+  // `window_ns`. The folder is listed again at most every 100 ms, so a new tenant is seen within that.
+  // Cheap enough to call every few hundred microseconds: a tenant's whole start (and its history)
+  // is read every 2 ms; in between only its device entry, one small pread.
+  void read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns,
+            std::vector<TenantCompute>& out);
 
  private:
   void rescan(std::uint64_t now_ns);
   struct File {
     std::string name;
     int fd = -1;
+    int entry = -1;           // its device entry for the GPU last asked about (-1: look for it, -2: none)
+    std::uint64_t received_at_full = 0;
+    TenantCompute last;       // as of the last full read
   };
+  bool read_full(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns);
+  bool read_entry(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns);
+  std::uint64_t full_read_ns_ = 0;
   std::string dir_;
   std::string self_;
   std::vector<File> files_;

@@ -84,7 +84,7 @@ bool Coordinator::claim_slot(std::string& error) {
       slot_ = i;
       // What a dead owner may have left mid-change: changes under way it never finished would stall
       // every recount, and a recount it never finished would look like ours (slot + 1).
-      for (SlotDevice& sd : s.devices) sd.flight.store(0);
+      for (SlotDevice& sd : s.devices) sd.flight.store(0), sd.compute.store(0);
       std::uint32_t dead_recounter = static_cast<std::uint32_t>(i + 1);
       f.header.recount_owner.compare_exchange_strong(dead_recounter, 0);
       ledger_ = std::make_unique<MemoryLedger>(*tenant_, slot_);
@@ -297,6 +297,32 @@ bool Coordinator::ipc_exported_by_tenant(std::uint64_t digest) const {
   return false;
 }
 
+void Coordinator::publish_compute(int device, std::uint32_t flags, bool check_liveness) {
+  if (forked_ || left_.load(std::memory_order_relaxed)) return;
+  TenantFile& f = tenant_->file();
+  const int e = entries_[device];
+  f.slots[slot_].devices[e].compute.store(flags, std::memory_order_relaxed);
+  std::uint32_t active = 0, wanting = 0;
+  const int limit = check_liveness ? kMaxProcesses : compute_scan_limit_.load(std::memory_order_relaxed);
+  int highest = slot_;
+  for (int i = 0; i < limit; ++i) {
+    if (check_liveness && f.slots[i].state.load(std::memory_order_relaxed) == SlotState::live) highest = std::max(highest, i);
+    SlotDevice& sd = f.slots[i].devices[e];
+    std::uint32_t bits = sd.compute.load(std::memory_order_relaxed);
+    if (bits == 0) continue;
+    if (i != slot_ && (f.slots[i].state.load() != SlotState::live ||
+                       (check_liveness && !tenant_->slot_held_by_other(i)))) {
+      sd.compute.compare_exchange_strong(bits, 0);  // its process is gone
+      continue;
+    }
+    active += (bits & kSlotActive) != 0;
+    wanting += (bits & kSlotWanting) != 0;
+  }
+  if (check_liveness) compute_scan_limit_.store(highest + 1, std::memory_order_relaxed);
+  f.devices[e].active_processes.store(active, std::memory_order_relaxed);
+  f.devices[e].wanting_processes.store(wanting, std::memory_order_relaxed);
+}
+
 std::vector<std::int32_t> Coordinator::live_pids() const {
   std::vector<std::int32_t> pids;
   if (forked_) return pids;
@@ -324,6 +350,7 @@ void Coordinator::leave() {
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const std::uint64_t held = ledger_->mine(entries_[i]);
     if (held) ledger_->release(entries_[i], held);
+    tenant_->file().slots[slot_].devices[entries_[i]].compute.store(0);
   }
   ProcessSlot& s = tenant_->file().slots[slot_];
   s.pid.store(0);

@@ -78,6 +78,10 @@ class Coordinator {
   };
   ComputeSettings compute();
   DeviceEntry& device_entry(int device) { return tenant_->file().devices[entries_[device]]; }
+  // Publishes this process's compute state on a device (kSlotActive | kSlotWanting) and recounts the
+  // tenant's active and wanting processes from the slots; `check_liveness` also clears the flags of
+  // slots whose process is gone (a system call per flagged slot: now and then, not every time).
+  void publish_compute(int device, std::uint32_t flags, bool check_liveness);
   ReceivedHistory& received_history(int device) { return tenant_->file().history[entries_[device]]; }
   const std::string& dir() const { return dir_; }
 
@@ -116,6 +120,7 @@ class Coordinator {
   std::atomic<std::uint64_t> policy_generation_{0};
   std::atomic<bool> policy_read_{false};  // a planted counter must never make the first read look done
   std::atomic<bool> left_{false};         // leave() ran: nothing is charged any more
+  std::atomic<int> compute_scan_limit_{kMaxProcesses};  // slots publish_compute looks at (highest in use + 1)
 };
 
 }  // namespace slice

@@ -65,8 +65,10 @@ struct DeviceEntry {
   // Compute: written by the tenant's own processes, read by every process on the GPU (with pread,
   // never a mapping: a file its tenant truncated must not fault a reader).
   std::atomic<std::uint64_t> received_ns;       // device time the tenant received here, cumulative
-  std::atomic<std::uint32_t> active_processes;  // its processes with work on this GPU now
-  std::atomic<std::uint32_t> wanting_processes; // its processes with work held back by libslice
+  // Its live processes with work on this GPU now / with work held back by libslice: counted from
+  // the slots' compute flags by the tenant's own watchers, so a process that dies drops out.
+  std::atomic<std::uint32_t> active_processes;
+  std::atomic<std::uint32_t> wanting_processes;
   // When a process last confirmed each (monotonic clock, the same in every process of a machine):
   // a count left by a process that died or stopped goes stale instead of blocking others.
   std::atomic<std::uint64_t> active_heartbeat_ns;
@@ -90,7 +92,11 @@ struct ReceivedHistory {
 struct SlotDevice {
   std::atomic<std::uint64_t> used;    // what this process holds on the device
   std::atomic<std::uint64_t> flight;  // changes under way (by any thread): `used` and the tenant's total
+  std::atomic<std::uint32_t> compute; // kSlotActive | kSlotWanting: what this process's watcher saw last
+  std::uint32_t reserved;
 };
+constexpr std::uint32_t kSlotActive = 1;   // has work on the device
+constexpr std::uint32_t kSlotWanting = 2;  // has work held back by libslice
 
 enum class SlotState : std::uint32_t { free = 0, live = 1 };
 

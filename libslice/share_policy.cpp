@@ -32,8 +32,9 @@ Verdict SharePolicy::decide(const TenantLoad& me, std::span<const TenantLoad> ot
   const std::uint64_t me_n = normalized(me);
   for (const TenantLoad& o : others) {
     if (!o.wants || rank(o.priority) != mine) continue;
-    // A tenant held by its own limit does not want time it may not take: never wait for it.
-    if (o.limit < 100 && o.received_ns * 100 > static_cast<std::uint64_t>(o.limit) * window_ns) continue;
+    // A tenant at (or within the hysteresis of) its own limit does not want time it may not take:
+    // never wait for it, or turns would change at every kernel around its limit.
+    if (o.limit < 100 && (o.received_ns + hysteresis_ns) * 100 > static_cast<std::uint64_t>(o.limit) * window_ns) continue;
     if (me_n > normalized(o) + hysteresis_ns) return Verdict::hold_for_share;
   }
   if (!me.active)

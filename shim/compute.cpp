@@ -18,8 +18,9 @@ namespace {
 
 // How often the watcher looks while this process has work or waits (faster while it drains for
 // someone else: the gap between two tenants' turns is the device idling).
-constexpr std::uint64_t kTickNs = 200'000;
-constexpr std::uint64_t kDrainTickNs = 50'000;  // also while a thread waits at the gate
+constexpr std::uint64_t kTickNs = 500'000;         // has work, holds its turn
+constexpr std::uint64_t kWaitTickNs = 200'000;     // a thread waits at the gate for its turn
+constexpr std::uint64_t kDrainTickNs = 50'000;     // drains, for someone else: the device idles meanwhile
 constexpr std::uint64_t kIdleTickNs = 2'000'000;
 // How long a launch may be held at a closed gate before it goes anyway: no wait without an end.
 constexpr std::uint64_t kGateDeadlineNs = 2'000'000'000;
@@ -43,14 +44,8 @@ int rank(Priority p) { return p == Priority::high ? 2 : p == Priority::normal ? 
 
 struct Compute::Watch {
   struct Lane {
-    bool active_published = false;
-    bool wanting_published = false;
+    std::uint64_t liveness_checked_ns = 0;
     bool was_active = false;          // over the step that ends now
-    std::uint64_t cycle_start_ns = 0;  // when it last went from idle to having work
-    std::uint32_t cycle_launches = 0;
-    std::uint64_t per_launch_ns = 0;   // device time a launch took, as last measured
-    ReceivedWindow mine;
-    std::map<std::string, ReceivedWindow> others;
     std::vector<TenantCompute> board_rows;
     CUcontext current = nullptr;       // what the watcher thread has made current
     std::uint64_t traced_ns = 0;
@@ -97,7 +92,7 @@ void Compute::run() {
       waiting |= lane.waiting.load(std::memory_order_relaxed) != 0;
     }
     watch_->last_ns = now;
-    sleep_ns(draining || waiting ? kDrainTickNs : busy ? kTickNs : kIdleTickNs);
+    sleep_ns(draining ? kDrainTickNs : waiting ? kWaitTickNs : busy ? kTickNs : kIdleTickNs);
   }
 }
 
@@ -108,46 +103,15 @@ void Compute::tick(int device, std::uint64_t now) {
   DeviceEntry& entry = c.device_entry(device);
 
   // 1. Has this process still work on the device?
-  std::uint32_t launched = lane.since_drain.load(std::memory_order_acquire);
-  if (launched != 0) {
-    if (w.cycle_start_ns == 0) w.cycle_start_ns = now;
-    bool drained = true;
-    {
-      std::lock_guard<std::mutex> lock(lane.mu);
-      for (auto it = lane.targets.begin(); drained && it != lane.targets.end();) {
-        if (w.current != it->context && SLICE_REAL_CU(cuCtxSetCurrent)(it->context) == CUDA_SUCCESS) w.current = it->context;
-        const CUresult rc = it->event != nullptr ? SLICE_REAL_CU(cuEventQuery)(it->event)
-                                                 : SLICE_REAL_CU(cuStreamQuery)(it->stream);
-        if (rc == CUDA_ERROR_NOT_READY) {
-          drained = false;
-        } else if (rc != CUDA_SUCCESS) {  // destroyed: forget it (threads register again)
-          it = lane.targets.erase(it);
-          lane.generation.fetch_add(1, std::memory_order_release);
-          continue;
-        }
-        ++it;
-      }
-    }
-    if (drained && lane.since_drain.compare_exchange_strong(launched, 0)) {
-      if (launched != 0 && now > w.cycle_start_ns) w.per_launch_ns = (now - w.cycle_start_ns) / launched;
-      w.cycle_start_ns = 0;
-      launched = 0;
-    }
-  }
+  if (lane.since_drain.load(std::memory_order_acquire) != 0) poll_drain(lane, nullptr, &w.current);
+  const std::uint32_t launched = lane.since_drain.load(std::memory_order_acquire);
   const bool active = launched != 0;
   const bool wanting = lane.waiting.load(std::memory_order_acquire) != 0;
 
   // 2. Publish it for the others, and credit the step that ends now.
-  if (active != w.active_published) {
-    if (active) entry.active_processes.fetch_add(1);
-    else if (entry.active_processes.load() > 0) entry.active_processes.fetch_sub(1);
-    w.active_published = active;
-  }
-  if (wanting != w.wanting_published) {
-    if (wanting) entry.wanting_processes.fetch_add(1);
-    else if (entry.wanting_processes.load() > 0) entry.wanting_processes.fetch_sub(1);
-    w.wanting_published = wanting;
-  }
+  const bool check_liveness = now >= w.liveness_checked_ns + 100000000;
+  if (check_liveness) w.liveness_checked_ns = now;
+  c.publish_compute(device, (active ? kSlotActive : 0) | (wanting ? kSlotWanting : 0), check_liveness);
   if (active) entry.active_heartbeat_ns.store(now, std::memory_order_relaxed);
   if (wanting) entry.wanting_heartbeat_ns.store(now, std::memory_order_relaxed);
   const Coordinator::ComputeSettings settings = c.compute();
@@ -155,7 +119,7 @@ void Compute::tick(int device, std::uint64_t now) {
   entry.compute_limit.store(settings.limit, std::memory_order_relaxed);
   entry.compute_priority.store(stored_priority(settings.priority), std::memory_order_relaxed);
 
-  watch_->board.read(session_.devices[device].uuid.data(), now, w.board_rows);
+  watch_->board.read(session_.devices[device].uuid.data(), now, watch_->policy.window_ns, w.board_rows);
   if (w.was_active && watch_->last_ns != 0 && now > watch_->last_ns) {
     unsigned tenants = 1;
     for (const TenantCompute& t : w.board_rows) tenants += t.active;
@@ -165,32 +129,30 @@ void Compute::tick(int device, std::uint64_t now) {
   w.was_active = active;
   const std::uint64_t received = entry.received_ns.load(std::memory_order_relaxed);
   ReceivedHistory& history = c.received_history(device);
-  const std::uint64_t step = now / kHistoryStepNs;
-  std::uint64_t seen = history.step.load();
-  if (seen < step && history.step.compare_exchange_strong(seen, step)) {
-    const std::uint64_t from = seen == 0 || step - seen > kHistorySamples ? step : seen + 1;
-    for (std::uint64_t s = from; s <= step; ++s) history.total_ns[s % kHistorySamples].store(received);
-  }
+  record_history(history, received, now);
 
-  // 3. Decide.
-  w.mine.record(now, received);
+  // 3. Decide, on the same figures every other process uses (the tenants' shared histories).
   std::vector<TenantLoad> others;
+  // The queue is kept short only for those who may take the device from us: tenants of our
+  // priority or above that want it (a lower one waits for us anyway), or our own limit.
   bool contended = settings.limit < 100, higher_present = false;
   for (const TenantCompute& t : w.board_rows) {
-    ReceivedWindow& window = w.others[t.name];
-    window.record(now, t.received_ns);
-    others.push_back({t.share, t.limit, t.priority, window.received(now, watch_->policy.window_ns), t.active || t.wanting,
-                      t.active});
-    contended |= t.active || t.wanting;
-    higher_present |= (t.active || t.wanting) && rank(t.priority) > rank(settings.priority);
+    others.push_back({t.share, t.limit, t.priority, t.window_received_ns, t.active || t.wanting, t.active});
+    const bool wants = t.active || t.wanting;
+    contended |= wants && rank(t.priority) >= rank(settings.priority);
+    // A higher priority that used the device within the window will likely want it again soon: its
+    // next request must not wait behind a deep queue of ours, so ours stays one launch deep.
+    higher_present |= (wants || t.window_received_ns != 0) && rank(t.priority) > rank(settings.priority);
   }
+  contended |= higher_present;
   const bool tenant_active = entry.active_processes.load(std::memory_order_relaxed) != 0;
   const TenantLoad me{settings.share, settings.limit, settings.priority,
-                      w.mine.received(now, watch_->policy.window_ns), true, tenant_active};
+                      std::min(received_over(history, received, now, watch_->policy.window_ns), watch_->policy.window_ns),
+                      true, tenant_active};
   const Verdict verdict = watch_->policy.decide(me, others);
   std::uint32_t budget = ~0u;
   if (contended) {
-    const std::uint64_t per = std::max<std::uint64_t>(w.per_launch_ns, 1);
+    const std::uint64_t per = std::max<std::uint64_t>(lane.per_launch_ns.load(std::memory_order_relaxed), 1);
     budget = higher_present ? 1 : static_cast<std::uint32_t>(std::clamp<std::uint64_t>(kQueueAheadNs / per, 1, 64));
   }
   lane.budget.store(budget, std::memory_order_relaxed);
@@ -201,13 +163,43 @@ void Compute::tick(int device, std::uint64_t now) {
                        std::to_string(me.received_ns / 1'000'000) + " ms of the last " +
                        std::to_string(watch_->policy.window_ns / 1'000'000) + " ms (" +
                        std::to_string(received / 1'000'000) + " ms in all), " + std::string(to_string(verdict)) +
-                       ", queue budget " + std::to_string(budget) + ", " + std::to_string(w.per_launch_ns / 1000) +
+                       ", queue budget " + std::to_string(budget) + ", " +
+                       std::to_string(lane.per_launch_ns.load(std::memory_order_relaxed) / 1000) +
                        " us per launch;";
     for (std::size_t i = 0; i < others.size(); ++i)
       line += " " + w.board_rows[i].name + ": " + std::to_string(others[i].received_ns / 1'000'000) + " ms" +
               (others[i].active ? " active" : "") + (w.board_rows[i].wanting ? " wanting" : "");
     log::write(LogLevel::trace, line);
   }
+}
+
+bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
+  std::uint32_t launched = lane.since_drain.load(std::memory_order_acquire);
+  if (launched == 0) return true;
+  {
+    std::lock_guard<std::mutex> lock(lane.mu);
+    for (auto it = lane.targets.begin(); it != lane.targets.end();) {
+      if (only_context != nullptr && it->context != only_context) return false;  // not ours to query
+      if (only_context == nullptr && *current != it->context &&
+          SLICE_REAL_CU(cuCtxSetCurrent)(it->context) == CUDA_SUCCESS)
+        *current = it->context;
+      const CUresult rc = it->event != nullptr ? SLICE_REAL_CU(cuEventQuery)(it->event)
+                                               : SLICE_REAL_CU(cuStreamQuery)(it->stream);
+      if (rc == CUDA_ERROR_NOT_READY) return false;
+      if (rc != CUDA_SUCCESS) {  // destroyed: forget it (threads register again)
+        it = lane.targets.erase(it);
+        lane.generation.fetch_add(1, std::memory_order_release);
+        continue;
+      }
+      ++it;
+    }
+  }
+  // Everything submitted before `launched` was read is done. A launch counted since then keeps
+  // the lane busy (the exchange fails).
+  if (!lane.since_drain.compare_exchange_strong(launched, 0)) return false;
+  const std::uint64_t start = lane.cycle_start_ns.load(std::memory_order_relaxed), now = monotonic_ns();
+  if (start != 0 && now > start) lane.per_launch_ns.store((now - start) / launched, std::memory_order_relaxed);
+  return true;
 }
 
 GateTicket gate_enter(Session& s, CUstream stream, bool per_thread) {
@@ -245,14 +237,20 @@ GateTicket gate_enter(Session& s, CUstream stream, bool per_thread) {
     last = {&lane, ctx.key, stream, per_thread, generation, target.event};
   }
   // The gate: open, and not too much queued already. Otherwise wait, never past the deadline.
-  if (!lane.open.load(std::memory_order_acquire) ||
-      lane.since_drain.load(std::memory_order_relaxed) >= lane.budget.load(std::memory_order_relaxed)) {
+  // Held only by the queue's length, the thread looks itself whether its work is done: the
+  // watcher looks less often.
+  const auto over_budget = [&] {
+    return lane.since_drain.load(std::memory_order_relaxed) >= lane.budget.load(std::memory_order_relaxed);
+  };
+  if (!lane.open.load(std::memory_order_acquire) || over_budget()) {
     lane.waiting.fetch_add(1);
     const std::uint64_t deadline = monotonic_ns() + kGateDeadlineNs;
-    while ((!lane.open.load(std::memory_order_acquire) ||
-            lane.since_drain.load(std::memory_order_relaxed) >= lane.budget.load(std::memory_order_relaxed)) &&
-           monotonic_ns() < deadline)
+    while ((!lane.open.load(std::memory_order_acquire) || over_budget()) && monotonic_ns() < deadline) {
+      if (lane.open.load(std::memory_order_acquire) && over_budget() &&
+          poll_drain(lane, reinterpret_cast<CUcontext>(ctx.key), nullptr))
+        continue;
       sleep_ns(20'000);
+    }
     lane.waiting.fetch_sub(1);
   }
   return {&lane, per_thread ? last.event : nullptr};
@@ -261,7 +259,9 @@ GateTicket gate_enter(Session& s, CUstream stream, bool per_thread) {
 void gate_leave(const GateTicket& ticket, CUresult rc) {
   if (ticket.lane == nullptr || rc != CUDA_SUCCESS) return;
   if (ticket.event != nullptr) SLICE_REAL_CU(cuEventRecord)(ticket.event, CU_STREAM_PER_THREAD);
-  ticket.lane->since_drain.fetch_add(1, std::memory_order_release);
+  // The first launch after a drain starts the clock the launch cost is measured with.
+  if (ticket.lane->since_drain.fetch_add(1, std::memory_order_release) == 0)
+    ticket.lane->cycle_start_ns.store(monotonic_ns(), std::memory_order_relaxed);
 }
 
 }  // namespace slice::shim

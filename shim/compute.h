@@ -37,6 +37,8 @@ struct ComputeLane {
   std::atomic<std::uint32_t> since_drain{0};        // launches submitted since it last had no work
   std::atomic<std::uint32_t> waiting{0};            // threads held at the gate now
   std::atomic<bool> used{false};                    // a launch came here: the watcher looks after it
+  std::atomic<std::uint64_t> cycle_start_ns{0};     // when since_drain last went from 0 to 1
+  std::atomic<std::uint64_t> per_launch_ns{0};      // device time a launch took, as last measured
   struct Target {
     CUcontext context = nullptr;
     CUstream stream = nullptr;  // queried with cuStreamQuery...
@@ -46,6 +48,12 @@ struct ComputeLane {
   std::vector<Target> targets;  // where this process's launches went
   std::atomic<std::uint32_t> generation{0};  // bumped when targets shrink (threads re-register)
 };
+
+// Queries where this process's launches went; when all are done, the lane is drained (since_drain
+// back to 0, the launch cost measured) and true is returned. `context`: only targets of this context
+// can be queried (a thread must not change the application's current context); nullptr: any, the
+// watcher making each current in turn (`current` remembers what it made current).
+bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current);
 
 class Compute {
  public:

@@ -5,12 +5,14 @@
 // the PTX kernel returns at once.
 #include <cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace {
 
@@ -34,6 +36,8 @@ int main(int argc, char** argv) {
   unsigned long long alloc_mib = 0;
   int depth = 0;  // kernels per batch; 0: about 4 ms of work
   bool churn = false;  // also allocate and free small blocks as fast as possible, on a second thread
+  int requests = 0;    // >0: a server answering requests instead of a busy loop (see usage)
+  unsigned long long gap_us = 2000;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
     if (k == "--seconds") seconds = std::atof(argv[i + 1]);
@@ -41,11 +45,16 @@ int main(int argc, char** argv) {
     else if (k == "--alloc-mib") alloc_mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--depth") depth = std::atoi(argv[i + 1]);
     else if (k == "--churn") churn = std::atoi(argv[i + 1]) != 0;
+    else if (k == "--requests") requests = std::atoi(argv[i + 1]);
+    else if (k == "--gap-us") gap_us = std::strtoull(argv[i + 1], nullptr, 10);
     else {
       std::fprintf(stderr, "usage: simgpu-load [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D] [--churn 0|1]\n"
+                   "                   [--requests R [--gap-us G]]\n"
                    "  keeps device 0 busy with spin kernels of N us (default 1000) for S seconds (default 3),\n"
                    "  after allocating M MiB (default 0); D kernels per batch (default: about 4 ms of work);\n"
-                   "  --churn 1 also allocates and frees 4 KiB blocks without pause on a second thread\n");
+                   "  --churn 1 also allocates and frees 4 KiB blocks without pause on a second thread;\n"
+                   "  --requests R: instead, R requests of one kernel each, waited for, G us apart (default\n"
+                   "  2000); prints each latency's percentiles: \"latency_us p50 P p99 P max M\"\n");
       return 2;
     }
   }
@@ -77,6 +86,24 @@ int main(int argc, char** argv) {
   // Two batches of about 4 ms each in flight: the host refills one while the device runs the other.
   if (depth == 0) depth = static_cast<int>(4000 / (kernel_us ? kernel_us : 1));
   depth = depth < 1 ? 1 : (depth > 4000 ? 4000 : depth);
+  if (requests > 0) {
+    unsigned long long ns = kernel_us * 1000;
+    void* params[] = {&ns};
+    std::vector<double> latency_us;
+    std::printf("ready\n");
+    std::fflush(stdout);
+    for (int i = 0; i < requests; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if ((r = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr))) return fail("cuLaunchKernel", r);
+      if ((r = cuStreamSynchronize(stream))) return fail("cuStreamSynchronize", r);
+      latency_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+    }
+    std::sort(latency_us.begin(), latency_us.end());
+    const auto pct = [&](double p) { return latency_us[static_cast<std::size_t>(p * (latency_us.size() - 1))]; };
+    std::printf("latency_us p50 %.0f p99 %.0f max %.0f\n", pct(0.5), pct(0.99), latency_us.back());
+    return 0;
+  }
   CUevent batch_done[2];
   for (CUevent& e : batch_done) cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
   unsigned long long ns = kernel_us * 1000;

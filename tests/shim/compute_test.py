@@ -1,0 +1,186 @@
+#!/usr/bin/env python3
+"""Compute slices on the simulated GPU, measured against its ground truth (simgpu-stat's busy_ns
+per process): busy tenants under LD_PRELOAD=libslice.so with SLICE_COMPUTE_SHARE, _LIMIT and
+SLICE_PRIORITY. Usage: compute_test.py LIBSLICE SIMGPU_DIR SIMGPU_LOAD SIMGPU_STAT SLICECTL [CASE...]
+(tests/run_isolated.sh gives it its own SIMGPU_STATE and SLICE_COORDINATOR_DIR). Each case prints
+target and received per tenant; the tolerances are the issue's (5 points), which a scheduler that
+does nothing fails (the shares would be equal)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+LIBSLICE, SIMDIR, LOAD, STAT, SLICECTL = sys.argv[1:6]
+CASES = sys.argv[6:]
+failures = []
+
+
+def check(ok, what):
+    print(("ok    " if ok else "FAIL  ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+SERIAL = [0]
+
+
+class Tenant:
+    """A busy simgpu-load under libslice, in a tenant of its own (a new name each time: a tenant's
+    first process registers its settings, so a reused name would keep an earlier case's)."""
+
+    def __init__(self, name, kernel_us, share=None, limit=None, priority=None, seconds=30, extra=()):
+        SERIAL[0] += 1
+        env = dict(os.environ, LD_PRELOAD=LIBSLICE, LD_LIBRARY_PATH=SIMDIR, SLICE_TENANT=f"{name}-{SERIAL[0]}")
+        for var, value in (("SLICE_COMPUTE_SHARE", share), ("SLICE_COMPUTE_LIMIT", limit), ("SLICE_PRIORITY", priority)):
+            if value is not None:
+                env[var] = str(value)
+        self.name = name
+        self.tenant = env["SLICE_TENANT"]
+        self.proc = subprocess.Popen([LOAD, "--seconds", str(seconds), "--kernel-us", str(kernel_us), *map(str, extra)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                     start_new_session=True)
+        line = self.proc.stdout.readline()
+        assert line.strip() == "ready", f"{name} did not start: {line!r} {self.proc.stderr.read()}"
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+
+def busy():
+    out = subprocess.run([STAT, "--json"], check=True, capture_output=True, text=True).stdout
+    return {p["pid"]: p["busy_ns"] for p in json.loads(out)["devices"][0]["processes"]}, time.monotonic()
+
+
+def shares(tenants, seconds):
+    """Each tenant's share of the device over the next `seconds`, from the simulator's account."""
+    b0, t0 = busy()
+    time.sleep(seconds)
+    b1, t1 = busy()
+    return [(b1.get(t.proc.pid, 0) - b0.get(t.proc.pid, 0)) / ((t1 - t0) * 1e9) for t in tenants]
+
+
+def run_case(name, tenants_spec, targets, warmup=1.5, window=2.0, tolerance=0.05):
+    tenants = []
+    try:
+        for spec in tenants_spec:
+            tenants.append(Tenant(**spec))
+        time.sleep(warmup)
+        got = shares(tenants, window)
+    finally:
+        for t in tenants:
+            t.stop()
+    print(f"{name}: " + ", ".join(f"{t.name} target {x:.2f} received {g:.3f}" for t, x, g in zip(tenants, targets, got))
+          + f"; device busy {sum(got):.3f}")
+    for t, x, g in zip(tenants, targets, got):
+        check(abs(g - x) <= tolerance, f"{name}: {t.name} received {g:.3f}, target {x:.2f} +- {tolerance:.2f}")
+    return got
+
+
+def case_shares_30_70():
+    for k in (100, 1000, 10000):
+        run_case(f"30/70, {k} us kernels", [dict(name="a", kernel_us=k, share=30), dict(name="b", kernel_us=k, share=70)],
+                 [0.30, 0.70])
+
+
+def case_shares_20_30_50():
+    run_case("20/30/50, 1 ms kernels", [dict(name=n, kernel_us=1000, share=s) for n, s in (("a", 20), ("b", 30), ("c", 50))],
+             [0.20, 0.30, 0.50])
+
+
+def case_eight_equal():
+    run_case("eight equal, 1 ms kernels", [dict(name=f"t{i}", kernel_us=1000) for i in range(8)], [0.125] * 8, warmup=2.0)
+
+
+def case_work_conserving():
+    # Alone with a 30% share: all of the device. Then a neighbour arrives: within 100 ms it has its
+    # share, measured over the 200 ms after it started.
+    a = Tenant("a", 1000, share=30)
+    b = None
+    try:
+        time.sleep(1.0)
+        alone = shares([a], 1.0)[0]
+        check(alone >= 0.90, f"a 30% tenant alone received {alone:.3f} of the device (>= 0.90)")
+        b = Tenant("b", 1000, share=70)
+        time.sleep(0.1)
+        first = shares([a, b], 0.3)
+        print(f"work conservation: alone {alone:.3f}; in the 100-400 ms after b arrived a {first[0]:.3f} b {first[1]:.3f}")
+        check(first[1] >= 0.60, f"b received {first[1]:.3f} from 100 ms after it arrived (>= 0.60: a gave the device back)")
+    finally:
+        for t in (a, b):
+            if t:
+                t.stop()
+
+
+def case_limit():
+    got = run_case("limit 40% alone", [dict(name="a", kernel_us=1000, limit=40)], [0.40])
+    got = run_case("limit 40% beside a 20%-share tenant",
+                   [dict(name="a", kernel_us=1000, share=80, limit=40), dict(name="b", kernel_us=1000, share=20)],
+                   [0.40, 0.60])
+
+
+def latency(extra_env=None, neighbour=None):
+    SERIAL[0] += 1
+    env = dict(os.environ, LD_PRELOAD=LIBSLICE, LD_LIBRARY_PATH=SIMDIR, SLICE_TENANT=f"server-{SERIAL[0]}",
+               **(extra_env or {}))
+    n = None
+    try:
+        if neighbour:
+            n = Tenant("batch", 1000, **neighbour)
+            time.sleep(0.5)
+        out = subprocess.run([LOAD, "--requests", "300", "--kernel-us", "1000", "--gap-us", "2000"], env=env,
+                             capture_output=True, text=True, timeout=60).stdout
+    finally:
+        if n:
+            n.stop()
+    words = out.split()
+    return float(words[words.index("p99") + 1]), float(words[words.index("p50") + 1])
+
+
+def case_priority():
+    # A server of 1 ms requests with a 10% share beside a busy tenant with 90%: it asks for about a
+    # third of the device, more than its share, so without priority it waits its turn.
+    alone = latency({"SLICE_COMPUTE_SHARE": "10"})
+    beside = latency({"SLICE_COMPUTE_SHARE": "10"}, neighbour={"share": 90})
+    protected = latency({"SLICE_COMPUTE_SHARE": "10", "SLICE_PRIORITY": "high"}, neighbour={"share": 90})
+    print(f"1 ms requests (10% share beside a busy 90% tenant), p99 (p50) in us: alone {alone[0]:.0f} ({alone[1]:.0f}), "
+          f"beside it {beside[0]:.0f} ({beside[1]:.0f}), with SLICE_PRIORITY=high {protected[0]:.0f} ({protected[1]:.0f})")
+    # The behaviour, robust on a loaded machine: priority takes most of the wait away. The latency
+    # target itself (p99 within 2x alone) is a performance figure: tests/bench/compute_bench.py.
+    check(protected[0] * 3 < beside[0], f"high priority p99 {protected[0]:.0f} us under a third of no priority ({beside[0]:.0f} us)")
+    check(protected[1] < 2 * alone[1] + 1000, f"high priority p50 {protected[1]:.0f} us near alone ({alone[1]:.0f} us)")
+
+
+def case_low_priority():
+    run_case("low beside normal", [dict(name="low", kernel_us=1000, priority="low"), dict(name="normal", kernel_us=1000)],
+             [0.0, 1.0], tolerance=0.05)
+
+
+def case_set_live():
+    # slicectl set as root changes a live tenant's share; within a second the shares follow.
+    if os.geteuid() != 0:
+        print("skip: slicectl set needs root")
+        return
+    a, b = Tenant("a", 1000, share=50), Tenant("b", 1000, share=50)
+    try:
+        time.sleep(1.0)
+        before = shares([a, b], 1.0)
+        subprocess.run([SLICECTL, "set", a.tenant, "--compute", "20"], check=True, capture_output=True)
+        subprocess.run([SLICECTL, "set", b.tenant, "--compute", "80"], check=True, capture_output=True)
+        time.sleep(1.0)
+        after = shares([a, b], 1.0)
+        print(f"slicectl set: before {before[0]:.3f}/{before[1]:.3f}, after 20/80: {after[0]:.3f}/{after[1]:.3f}")
+        check(abs(after[0] - 0.2) <= 0.05 and abs(after[1] - 0.8) <= 0.05, "the new shares hold within a second")
+    finally:
+        a.stop()
+        b.stop()
+
+
+ALL = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
+for case in CASES or ALL:
+    ALL[case]()
+print(f"{len(failures)} failures")
+sys.exit(1 if failures else 0)
