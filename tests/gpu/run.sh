@@ -45,6 +45,27 @@ if [ -f "$slice" ]; then
   else
     summary+=("SKIP  torch-cap (no PyTorch with CUDA here)")
   fi
+  # Compute shares on the real device: two busy processes with 30/70 shares split it in the ratio
+  # of the kernels each completed (same kernel length), plainly and as CUDA graphs.
+  check build-compute-share "$cuda_home/bin/nvcc" -O2 tests/gpu/compute_share.cu -o "$out/compute_share"
+  for mode in kernels graph; do
+    share_check() {
+      env LD_PRELOAD="$PWD/$slice" SLICE_COORDINATOR_DIR="$coordinator" SLICE_TENANT=gpu-a-$mode \
+        SLICE_COMPUTE_SHARE=30 "$out/compute_share" 8 1000 $mode > "$out/a-$mode.out" &
+      local a=$!
+      env LD_PRELOAD="$PWD/$slice" SLICE_COORDINATOR_DIR="$coordinator" SLICE_TENANT=gpu-b-$mode \
+        SLICE_COMPUTE_SHARE=70 "$out/compute_share" 8 1000 $mode > "$out/b-$mode.out"
+      wait $a
+      python3 - "$out/a-$mode.out" "$out/b-$mode.out" <<'PY'
+import sys
+a, b = (int(open(p).read().split()[1]) for p in sys.argv[1:3])
+share = a / (a + b)
+print(f"30/70 shares: kernels {a} / {b}, the 30% tenant received {share:.3f}")
+sys.exit(0 if abs(share - 0.30) <= 0.05 else 1)
+PY
+    }
+    check "compute-share-$mode" share_check
+  done
 else
   summary+=("FAIL  libslice (build/lib/libslice.so not carried here)"); failures=$((failures + 1))
 fi
