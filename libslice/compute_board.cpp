@@ -52,7 +52,11 @@ void ComputeBoard::rescan(std::uint64_t now_ns) {
   for (const std::string& n : names) {
     if (std::any_of(kept.begin(), kept.end(), [&](const File& f) { return f.name == n; })) continue;
     const int fd = ::open((folder + "/" + n).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd >= 0) kept.push_back({n, fd});
+    if (fd < 0) continue;
+    File f;
+    f.name = n;
+    f.fd = fd;
+    kept.push_back(std::move(f));
   }
   files_ = std::move(kept);
 }
@@ -60,28 +64,37 @@ void ComputeBoard::rescan(std::uint64_t now_ns) {
 std::uint64_t received_over(const ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns,
                             std::uint64_t window_ns) {
   const std::uint64_t newest = history.step.load(std::memory_order_acquire);
-  const std::uint64_t from = now_ns > window_ns ? now_ns - window_ns : 0;
   if (newest == 0) return 0;  // no history yet
+  const std::uint64_t from = now_ns > window_ns ? now_ns - window_ns : 0;
   const std::uint64_t oldest = newest >= kHistorySamples ? newest - kHistorySamples + 1 : 1;
   const auto sample = [&](std::uint64_t step) { return history.total_ns[step % kHistorySamples].load(std::memory_order_relaxed); };
-  std::uint64_t k = from / kHistoryStepNs;
-  if (k < oldest) k = oldest;  // less history than the window: since the oldest sample
-  if (k > newest) {
-    // The window starts after the newest sample: between it and now.
-    const std::uint64_t t0 = newest * kHistoryStepNs, v0 = sample(newest);
-    if (now_ns <= t0 || cumulative_ns <= v0) return 0;
-    const std::uint64_t at_from = v0 + (cumulative_ns - v0) * (std::max(from, t0) - t0) / (now_ns - t0);
-    return cumulative_ns > at_from ? cumulative_ns - at_from : 0;
-  }
-  const std::uint64_t t0 = k * kHistoryStepNs, v0 = sample(k);
-  const std::uint64_t t1 = k < newest ? t0 + kHistoryStepNs : now_ns;
-  const std::uint64_t v1 = k < newest ? sample(k + 1) : cumulative_ns;
-  std::uint64_t at_from = v0;
-  if (from > t0 && t1 > t0 && v1 > v0) at_from += (v1 - v0) * std::min(from - t0, t1 - t0) / (t1 - t0);
+  // The points known: each step's start, the last record, and now. After the last record the total
+  // grows only by what `cumulative_ns` has beyond it (nothing, for a tenant that is gone).
+  const std::uint64_t updated_at = history.updated_ns.load(std::memory_order_relaxed);
+  const std::uint64_t updated_total = history.updated_total_ns.load(std::memory_order_relaxed);
+  const auto value_at = [&](std::uint64_t t) -> std::uint64_t {
+    std::uint64_t k = t / kHistoryStepNs;
+    if (k < oldest) return sample(oldest);  // before the history: as far back as it goes
+    std::uint64_t t0, v0, t1, v1;
+    if (k < newest) {
+      t0 = k * kHistoryStepNs, v0 = sample(k), t1 = t0 + kHistoryStepNs, v1 = sample(k + 1);
+    } else if (updated_at > newest * kHistoryStepNs && t < updated_at) {
+      t0 = newest * kHistoryStepNs, v0 = sample(newest), t1 = updated_at, v1 = updated_total;
+    } else {
+      t0 = std::max(updated_at, newest * kHistoryStepNs);
+      v0 = std::max(updated_total, sample(newest));
+      t1 = now_ns, v1 = std::max(cumulative_ns, v0);
+    }
+    if (t <= t0 || t1 <= t0 || v1 <= v0) return v0;
+    return v0 + (v1 - v0) * (std::min(t, t1) - t0) / (t1 - t0);
+  };
+  const std::uint64_t at_from = value_at(from);
   return cumulative_ns > at_from ? cumulative_ns - at_from : 0;
 }
 
 void record_history(ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns) {
+  history.updated_total_ns.store(cumulative_ns, std::memory_order_relaxed);
+  history.updated_ns.store(now_ns, std::memory_order_relaxed);
   const std::uint64_t step = now_ns / kHistoryStepNs;
   std::uint64_t seen = history.step.load();
   if (seen >= step) return;
@@ -95,7 +108,12 @@ void record_history(ReceivedHistory& history, std::uint64_t cumulative_ns, std::
 
 namespace {
 
-constexpr std::uint64_t kFullReadNs = 2'000'000;
+constexpr std::uint64_t kFullReadNs = 5'000'000;
+// A tenant with nothing on the GPU and nothing received over the window is looked at again only
+// after this long: most tenant files in a busy coordinator belong to processes that are gone, and
+// reading them all every tick would cost more than the scheduling. Short enough that a tenant
+// waking up is seen well within the 100 ms the others have to give it the device.
+constexpr std::uint64_t kDormantNs = 50'000'000;
 constexpr int kAbsent = -2;  // File::entry of a tenant not on this GPU (or unreadable)
 
 void load_entry(const DeviceEntry& e, std::uint64_t now_ns, TenantCompute& t) {
@@ -165,9 +183,14 @@ void ComputeBoard::read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::
   const bool full = now_ns >= full_read_ns_ + kFullReadNs;
   if (full) full_read_ns_ = now_ns;
   for (File& f : files_) {
-    if (!full && f.entry == kAbsent) continue;
+    if (now_ns < f.dormant_until_ns || (!full && f.entry == kAbsent)) continue;
     const bool ok = full || f.entry < 0 ? read_full(f, uuid, now_ns, window_ns) : read_entry(f, uuid, now_ns, window_ns);
-    if (ok) out.push_back(f.last);
+    if (!ok) continue;
+    if (!f.last.active && !f.last.wanting && f.last.window_received_ns == 0) {
+      f.dormant_until_ns = now_ns + kDormantNs;
+      continue;  // it asks for nothing: the policy need not know it
+    }
+    out.push_back(f.last);
   }
 }
 

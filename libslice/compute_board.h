@@ -58,6 +58,7 @@ class ComputeBoard {
     int entry = -1;           // its device entry for the GPU last asked about (-1: look for it, -2: none)
     std::uint64_t received_at_full = 0;
     TenantCompute last;       // as of the last full read
+    std::uint64_t dormant_until_ns = 0;  // idle with nothing received lately: not read again before
   };
   bool read_full(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns);
   bool read_entry(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns);

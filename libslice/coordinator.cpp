@@ -35,6 +35,7 @@ Limits limits_of(const JoinRequest& r, const std::vector<int>& entries) {
   for (std::size_t i = 0; i < r.devices.size(); ++i)
     l.memory_bytes[entries[i]] = cap_on(r.devices[i].memory, r.devices[i].total_bytes);
   l.compute_share = r.compute_share;
+  for (std::size_t i = 0; i < r.devices.size(); ++i) l.compute_shares[entries[i]] = r.devices[i].compute_share.value_or(0);
   l.compute_limit = r.compute_limit;
   l.priority = stored_priority(r.priority);
   return l;
@@ -134,8 +135,10 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
       Limits registered = mine;  // the first process of the tenant sets its limits
       // Keep the caps registered on GPUs this process does not use (met by the one that died).
       for (int e = 0; e < kMaxDevices; ++e)
-        if (std::find(c->entries_.begin(), c->entries_.end(), e) == c->entries_.end())
+        if (std::find(c->entries_.begin(), c->entries_.end(), e) == c->entries_.end()) {
           registered.memory_bytes[e] = h.registered.memory_bytes[e];
+          registered.compute_shares[e] = h.registered.compute_shares[e];
+        }
       h.registered = registered;
       h.limits_state.store(2);
     } else {
@@ -174,6 +177,8 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
   if (!ok) return nullptr;
   c->policy_.open(r.dir);
   c->cap_count_ = r.devices.size();
+  c->compute_shares_ = std::make_unique<std::atomic<std::uint32_t>[]>(std::max<std::size_t>(c->cap_count_, 1));
+  for (std::size_t i = 0; i < c->cap_count_; ++i) c->compute_shares_[i].store(100);
   c->caps_ = std::make_unique<std::atomic<std::uint64_t>[]>(std::max<std::size_t>(c->cap_count_, 1));
   for (std::size_t i = 0; i < c->cap_count_; ++i) c->caps_[i].store(kNoLimit);
   for (const DeviceInfo& d : r.devices) c->device_totals_.push_back(d.total_bytes);
@@ -203,10 +208,8 @@ void Coordinator::refresh_policy() {
   Policy p;
   std::string message;
   const bool have = read_policy(dir_, tenant_->name(), p, message) == PolicyStatus::ok;
-  const std::uint32_t share = have && p.compute_share ? *p.compute_share : f.header.registered.compute_share;
   const std::uint32_t limit = have && p.compute_limit ? *p.compute_limit : f.header.registered.compute_limit;
   const Priority priority = have && p.priority ? *p.priority : priority_from_stored(f.header.registered.priority);
-  compute_share_.store(std::clamp<std::uint32_t>(share, 1, 100));
   compute_limit_.store(std::clamp<std::uint32_t>(limit, 1, 100));
   compute_priority_.store(stored_priority(priority));
   for (std::size_t i = 0; i < cap_count_; ++i) {
@@ -217,14 +220,20 @@ void Coordinator::refresh_policy() {
     if (have)
       if (const auto w = p.memory_for(e.uuid)) cap = w->bytes_on(device_totals_[i]);
     caps_[i].store(cap);
+    // The share: the administrator's, else what was registered for this GPU, else for all.
+    const std::uint32_t per_gpu = f.header.registered.compute_shares[entries_[i]];
+    const std::uint32_t share = have && p.compute_share ? *p.compute_share
+                                : per_gpu != 0             ? per_gpu
+                                                           : f.header.registered.compute_share;
+    compute_shares_[i].store(std::clamp<std::uint32_t>(share, 1, 100));
   }
   policy_generation_.store(generation, std::memory_order_release);
   policy_read_.store(true, std::memory_order_release);
 }
 
-Coordinator::ComputeSettings Coordinator::compute() {
+Coordinator::ComputeSettings Coordinator::compute(int device) {
   if (!forked_) refresh_policy();
-  return {compute_share_.load(std::memory_order_relaxed), compute_limit_.load(std::memory_order_relaxed),
+  return {compute_shares_[device].load(std::memory_order_relaxed), compute_limit_.load(std::memory_order_relaxed),
           priority_from_stored(compute_priority_.load(std::memory_order_relaxed))};
 }
 

@@ -27,6 +27,7 @@ struct DeviceInfo {
   std::string name;
   std::uint64_t total_bytes = 0;
   std::optional<MemoryLimit> memory;  // this process's wish for this device
+  std::optional<std::uint32_t> compute_share;  // ... and its share there, where it differs from the request's
 };
 
 struct JoinRequest {
@@ -76,7 +77,7 @@ class Coordinator {
     std::uint32_t limit = 100;
     Priority priority = Priority::normal;
   };
-  ComputeSettings compute();
+  ComputeSettings compute(int device);
   DeviceEntry& device_entry(int device) { return tenant_->file().devices[entries_[device]]; }
   // Publishes this process's compute state on a device (kSlotActive | kSlotWanting) and recounts the
   // tenant's active and wanting processes from the slots; `check_liveness` also clears the flags of
@@ -110,7 +111,8 @@ class Coordinator {
   std::unique_ptr<std::atomic<std::uint64_t>[]> caps_;
   std::size_t cap_count_ = 0;
   std::vector<std::uint64_t> device_totals_;  // as the driver reported them
-  std::atomic<std::uint32_t> compute_share_{100}, compute_limit_{100}, compute_priority_{0};
+  std::unique_ptr<std::atomic<std::uint32_t>[]> compute_shares_;  // per JoinRequest device
+  std::atomic<std::uint32_t> compute_limit_{100}, compute_priority_{0};
   bool stale_slot_ = false;          // our slot was a dead process's
   // In a child made by fork (the parent's membership is not ours), or after leave(): every call
   // does nothing. Atomic because leave() runs while other threads may still call.

@@ -41,6 +41,7 @@ struct Limits {
   std::uint32_t compute_limit;              // percent 1-100
   std::uint32_t priority;                   // stored_priority(): a zeroed file means normal
   std::uint32_t reserved;
+  std::uint32_t compute_shares[kMaxDevices];  // per device entry (SLICE_COMPUTE_SHARE_<n>); 0: compute_share
 };
 
 // Priorities as the files store them: never renumber.
@@ -87,6 +88,10 @@ constexpr std::uint64_t kHistoryStepNs = 250'000'000;
 struct ReceivedHistory {
   std::atomic<std::uint64_t> step;                       // index of the newest sample's step (at / kHistoryStepNs)
   std::atomic<std::uint64_t> total_ns[kHistorySamples];  // received_ns at the start of step s: [s % kHistorySamples]
+  // The last record, at whatever time: after it nothing was received unless received_ns says so
+  // (a tenant whose processes are gone stops here, and its window empties as time passes).
+  std::atomic<std::uint64_t> updated_ns;
+  std::atomic<std::uint64_t> updated_total_ns;
 };
 
 struct SlotDevice {

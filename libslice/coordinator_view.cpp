@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "compute_board.h"
 #include "memory_ledger.h"
 #include "limits_text.h"
 #include "policy.h"
@@ -15,9 +16,14 @@ namespace slice {
 
 namespace {
 
+constexpr std::uint64_t kSecondNs = 1'000'000'000;
+
 std::string bounded(const char* s, std::size_t cap) { return std::string(s, strnlen(s, cap)); }
 
-TenantView view_of(const std::string& dir, const TenantFileHandle& h) {
+std::uint32_t percent(std::uint32_t v) { return std::clamp<std::uint32_t>(v, 1, 100); }
+
+// `now_ns`: when the snapshot `h` was taken (the monotonic clock, as the scheduler's).
+TenantView view_of(const std::string& dir, const TenantFileHandle& h, std::uint64_t now_ns) {
   const TenantFile& f = h.file();
   TenantView v;
   v.name = h.name();
@@ -27,9 +33,15 @@ TenantView view_of(const std::string& dir, const TenantFileHandle& h) {
   v.policy = status == PolicyStatus::ok;
   if (status == PolicyStatus::untrusted || status == PolicyStatus::invalid) v.policy_problem = message;
   const Limits& reg = f.header.registered;
-  v.priority = policy.priority.value_or(priority_from_stored(reg.priority));
-  v.compute_share = policy.compute_share.value_or(std::clamp<std::uint32_t>(reg.compute_share, 1, 100));
-  v.compute_limit = policy.compute_limit.value_or(std::clamp<std::uint32_t>(reg.compute_limit, 1, 100));
+  // As Coordinator::compute() takes them (what the tenant's processes publish in each DeviceEntry
+  // and schedule by): the policy's value, else the registered one, clamped to 1-100. Before a
+  // process has registered any, the registered fields are zero and mean nothing: the defaults.
+  const bool registered = f.header.limits_state.load() == 2;
+  const Policy none;
+  const Policy& p = v.policy ? policy : none;
+  v.priority = p.priority.value_or(registered ? priority_from_stored(reg.priority) : Priority::normal);
+  v.compute_share = percent(p.compute_share.value_or(registered ? reg.compute_share : 100));
+  v.compute_limit = percent(p.compute_limit.value_or(registered ? reg.compute_limit : 100));
   std::vector<int> entries;
   for (int d = 0; d < kMaxDevices; ++d) {
     const DeviceEntry& e = f.devices[d];
@@ -39,10 +51,16 @@ TenantView view_of(const std::string& dir, const TenantFileHandle& h) {
     g.uuid = uuid_text(e.uuid);
     g.name = bounded(e.name, sizeof e.name);
     g.total_bytes = e.total_bytes;
-    g.cap_bytes = f.header.limits_state.load() == 2 ? reg.memory_bytes[d] : kNoLimit;
+    g.cap_bytes = registered ? reg.memory_bytes[d] : kNoLimit;
     if (v.policy) {
       if (const auto w = policy.memory_for(e.uuid)) g.cap_bytes = w->bytes_on(e.total_bytes);
     }
+    // The share: the administrator's, else what was registered for this GPU, else for all.
+    const std::uint32_t per_gpu = registered ? reg.compute_shares[d] : 0;
+    g.compute_share = p.compute_share ? v.compute_share : per_gpu != 0 ? percent(per_gpu) : v.compute_share;
+    g.received_ns = e.received_ns.load();
+    g.compute_used_1s = compute_used(f.history[d], g.received_ns, now_ns, kSecondNs);
+    g.compute_used_10s = compute_used(f.history[d], g.received_ns, now_ns, 10 * kSecondNs);
     v.gpus.push_back(g);
   }
   // Usage from the live processes alone: a dead process's memory is already back for any reader.
@@ -68,6 +86,14 @@ TenantView view_of(const std::string& dir, const TenantFileHandle& h) {
 
 }  // namespace
 
+std::optional<double> compute_used(const ReceivedHistory& history, std::uint64_t received_ns, std::uint64_t now_ns,
+                                   std::uint64_t window_ns) {
+  if (history.step.load() == 0 || window_ns == 0) return std::nullopt;  // no sample yet
+  // The scheduler's own figure (what it decides on: min(received_over, window)), as a share.
+  const std::uint64_t received = std::min(received_over(history, received_ns, now_ns, window_ns), window_ns);
+  return std::clamp(static_cast<double>(received) / static_cast<double>(window_ns), 0.0, 1.0);
+}
+
 std::vector<TenantView> read_coordinator(const std::string& dir, std::string& error) {
   std::vector<TenantView> out;
   DIR* d = opendir((dir + "/tenants").c_str());
@@ -91,7 +117,7 @@ std::vector<TenantView> read_coordinator(const std::string& dir, std::string& er
       out.push_back(v);
       continue;
     }
-    out.push_back(view_of(dir, *h));
+    out.push_back(view_of(dir, *h, monotonic_ns()));  // right after the snapshot
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,17 @@ struct TenantGpuView {
   std::uint64_t total_bytes = 0;
   std::uint64_t used_bytes = 0;     // the tenant's, from its live processes
   std::uint64_t cap_bytes = kNoLimit;  // effective: policy, else registered
+  // Effective compute share here, as the scheduler takes it (Coordinator::compute(device)): the
+  // policy's, else the one registered for this GPU, else the tenant's registered share.
+  std::uint32_t compute_share = 100;
+  // Compute on this GPU, from what the tenant's processes publish in its file (not trusted: the
+  // figures are clamped). received_ns: device time it received here, cumulative, as libslice's
+  // compute scheduler estimates it. compute_used_*: the share of the device's time it received over
+  // the last second / ten seconds (0..1), measured as the scheduler measures it (received_over on the
+  // tenant's history, at the time the file was read); empty while the tenant has no history here.
+  std::uint64_t received_ns = 0;
+  std::optional<double> compute_used_1s;
+  std::optional<double> compute_used_10s;
 };
 
 struct TenantView {
@@ -31,6 +43,9 @@ struct TenantView {
   std::string problem;   // why it could not be read, when !readable
   bool policy = false;   // limits come from an administrator's policy
   std::string policy_problem;  // why a policy file that exists is ignored (untrusted or invalid)
+  // Effective compute settings, as the scheduler takes them (Coordinator::compute(), which its
+  // processes publish per GPU): the policy's, else what the tenant registered, else the defaults.
+  // compute_share is the tenant's on GPUs without a share of their own (TenantGpuView's).
   Priority priority = Priority::normal;
   std::uint32_t compute_share = 100;
   std::uint32_t compute_limit = 100;
@@ -38,6 +53,12 @@ struct TenantView {
   std::vector<ProcessView> processes;  // live ones only
   int dead_processes = 0;             // slots whose process died and that no one has reaped yet
 };
+
+// The share of a window's device time received over it, as the compute scheduler measures it:
+// received_over(history, received_ns, now_ns, window_ns) / window_ns, clamped to [0, 1]; empty when
+// the history has no sample yet.
+std::optional<double> compute_used(const ReceivedHistory& history, std::uint64_t received_ns, std::uint64_t now_ns,
+                                   std::uint64_t window_ns);
 
 // Reads every tenant of the coordinator. `error` is set (and the result empty) only when the folder
 // itself cannot be read.

@@ -114,7 +114,7 @@ void Compute::tick(int device, std::uint64_t now) {
   c.publish_compute(device, (active ? kSlotActive : 0) | (wanting ? kSlotWanting : 0), check_liveness);
   if (active) entry.active_heartbeat_ns.store(now, std::memory_order_relaxed);
   if (wanting) entry.wanting_heartbeat_ns.store(now, std::memory_order_relaxed);
-  const Coordinator::ComputeSettings settings = c.compute();
+  const Coordinator::ComputeSettings settings = c.compute(device);
   entry.compute_share.store(settings.share, std::memory_order_relaxed);
   entry.compute_limit.store(settings.limit, std::memory_order_relaxed);
   entry.compute_priority.store(stored_priority(settings.priority), std::memory_order_relaxed);

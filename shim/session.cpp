@@ -220,8 +220,12 @@ CUresult start_session() noexcept {
     request.compute_share = s->config.compute_share.every_device;
     request.compute_limit = s->config.compute_limit;
     request.priority = s->config.priority;
-    for (const SessionDevice& d : s->devices)
-      request.devices.push_back(DeviceInfo{d.uuid, d.name, d.total_bytes, s->config.memory_limit.for_device(d.ordinal)});
+    for (const SessionDevice& d : s->devices) {
+      DeviceInfo info{d.uuid, d.name, d.total_bytes, s->config.memory_limit.for_device(d.ordinal), std::nullopt};
+      if (s->config.compute_share.by_device.contains(d.ordinal))
+        info.compute_share = s->config.compute_share.for_device(d.ordinal);
+      request.devices.push_back(std::move(info));
+    }
     std::vector<std::string> warnings;
     s->coordinator = Coordinator::join(request, error, warnings);
     if (!s->coordinator) {

@@ -4,6 +4,7 @@ for the C++ test to compare:
 
   device INDEX UUID "NAME" TOTAL USED
   tenant UUID NAME PRIORITY LIMIT|null USED SHARE LIMIT POLICY DEAD
+  compute UUID NAME USED_1S|null USED_10S|null     (floats as Python's repr: 0.237, 1.0)
   process UUID TENANT PID "NAME" MEMORY
   warning "TEXT"
 
@@ -59,9 +60,14 @@ def main():
             tused = need(t, "memory_used_bytes", (int,), tw)
             share = need(t, "compute_share", (int,), tw)
             climit = need(t, "compute_limit", (int,), tw)
+            compute_used = []
             for key in ("compute_used_1s", "compute_used_10s"):
-                if need(t, key, (type(None), int, float), tw) is not None:
-                    fail(f"{tw}: {key} should be null until the compute issue")
+                value = need(t, key, (type(None), int, float), tw)
+                if value is not None and not 0 <= value <= 1:
+                    fail(f"{tw}: {key} = {value!r} is not a fraction 0..1")
+                compute_used.append(value)
+            if (compute_used[0] is None) != (compute_used[1] is None):
+                fail(f"{tw}: compute_used_1s and compute_used_10s are measured together, got {compute_used}")
             if not (1 <= share <= 100 and 1 <= climit <= 100):
                 fail(f"{tw}: share {share} / limit {climit} out of 1-100")
             policy = need(t, "policy", (bool,), tw)
@@ -69,6 +75,7 @@ def main():
             processes = need(t, "processes", (list,), tw)
             out.append(f"tenant {uuid} {tname} {priority} {'null' if limit is None else limit} {tused} "
                        f"{share} {climit} {str(policy).lower()} {dead}")
+            out.append(f"compute {uuid} {tname} " + " ".join("null" if v is None else repr(float(v)) for v in compute_used))
             process_sum = 0
             for m, p in enumerate(processes):
                 pw = f"{tw}.processes[{m}]"

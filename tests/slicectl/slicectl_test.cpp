@@ -1,6 +1,7 @@
 // slicectl against a live coordinator: tenants and processes come from slicectl_tenant_holder
 // (real processes on fake GPUs, no CUDA), slicectl runs as a subprocess, and its JSON is checked by
-// check_status_json.py. Covers status (JSON and table), set (policy file, merge, effect on a live
+// check_status_json.py. Covers status (JSON and table; the compute figures from a history written
+// into a tenant file, and the settings its processes publish), set (policy file, merge, effect on a live
 // process's cap, validation, root), gc after SIGKILL, unreadable tenant files, odd bytes in the
 // text a tenant writes, and the usage errors and help texts.
 #include <gtest/gtest.h>
@@ -14,12 +15,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "policy.h"
 #include "tenant_file.h"
 
 namespace {
@@ -215,6 +218,13 @@ bool wait_for_cap(Holder& h, std::uint64_t bytes) {
 // `slicectl status --json` checked against the contract and flattened (check_status_json.py).
 Result checked_json(const std::string& json) { return run({PYTHON, CHECK_STATUS_JSON}, {}, json); }
 
+// One device entry of a tenant file and its history, mapped for writing.
+struct Entry {
+  std::unique_ptr<slice::TenantFileHandle> file;
+  slice::DeviceEntry* device = nullptr;
+  slice::ReceivedHistory* history = nullptr;
+};
+
 class SlicectlTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -251,6 +261,24 @@ class SlicectlTest : public ::testing::Test {
     auto h = slice::TenantFileHandle::open(dir_, tenant, slice::TenantFileHandle::Mode::read_only, error);
     EXPECT_NE(h, nullptr) << error;
     return h ? h->file().devices[device].used.load() : 0;
+  }
+
+  // The tenant file's device entry for the GPU `uuid` ("GPU-..."), mapped for writing, as the
+  // tenant's own processes have it; null (and a failure) when the tenant has no entry for it.
+  Entry entry(const std::string& tenant, const std::string& uuid) {
+    std::string error;
+    Entry e;
+    e.file = slice::TenantFileHandle::open(dir_, tenant, slice::TenantFileHandle::Mode::read_write, error);
+    EXPECT_NE(e.file, nullptr) << error;
+    for (int d = 0; e.file && d < slice::kMaxDevices; ++d) {
+      slice::DeviceEntry& candidate = e.file->file().devices[d];
+      if (candidate.state.load() == 2 && slice::uuid_text(candidate.uuid) == uuid) {
+        e.device = &candidate;
+        e.history = &e.file->file().history[d];
+      }
+    }
+    EXPECT_NE(e.device, nullptr) << "tenant '" << tenant << "' has no entry for " << uuid;
+    return e;
   }
 
   bool root() const { return geteuid() == 0; }
@@ -369,6 +397,8 @@ TEST_F(SlicectlTest, StatusJsonGathersDevicesAcrossTenants) {
   has(std::string("tenant ") + kGpuA + " inference high 4294967296 " + std::to_string(kGiB + 512 * kMiB) + " 30 50 false 0");
   has(std::string("tenant ") + kGpuA + " training normal null " + std::to_string(2 * kGiB) + " 100 100 false 0");
   has(std::string("tenant ") + kGpuB + " inference high 4294967296 " + std::to_string(256 * kMiB) + " 30 50 false 0");
+  has(std::string("compute ") + kGpuA + " inference null null");  // no compute history yet
+  has(std::string("compute ") + kGpuA + " training null null");
   has(std::string("process ") + kGpuA + " inference " + server_pid + " \"server\" " + std::to_string(kGiB));
   has(std::string("process ") + kGpuA + " inference " + worker_pid + " \"worker\" " + std::to_string(512 * kMiB));
   has(std::string("process ") + kGpuB + " inference " + server_pid + " \"server\" " + std::to_string(256 * kMiB));
@@ -402,7 +432,7 @@ TEST_F(SlicectlTest, StatusTableIsAlignedWithUnits) {
   ASSERT_NE(inference, "") << t;
   ASSERT_NE(process, "") << t;
   ASSERT_NE(training, "") << t;
-  // Tenant: used, cap, use of the cap, share, limit, priority; compute figures not measured yet.
+  // Tenant: used, cap, use of the cap, share, limit, priority; no compute history yet: "-".
   std::istringstream row(inference);
   std::vector<std::string> cells;
   for (std::string c; row >> c;) cells.push_back(c);
@@ -425,6 +455,159 @@ TEST_F(SlicectlTest, StatusTableIsAlignedWithUnits) {
   EXPECT_FALSE(contains(t, "warning")) << t;
   EXPECT_FALSE(contains(t, "dead")) << t;
   EXPECT_FALSE(contains(t, "administrator")) << t;
+}
+
+// Writes what libslice's compute watchers would have written over the last 12 s into a tenant's
+// entry for a GPU: its cumulative received_ns and the history of it, one sample at the start of
+// each 250 ms step, the newest at the start of step `newest`; `received(s)`: what it got in step s.
+void write_compute(Entry& e, std::uint64_t newest, std::uint64_t base_ns,
+                   const std::function<std::uint64_t(std::uint64_t)>& received) {
+  std::uint64_t total = base_ns;
+  for (std::uint64_t s = newest - slice::kHistorySamples + 1; s <= newest; ++s) {
+    e.history->total_ns[s % slice::kHistorySamples].store(total);
+    total += received(s);
+  }
+  e.history->step.store(newest);
+  e.device->received_ns.store(e.history->total_ns[newest % slice::kHistorySamples].load());  // none since
+}
+
+TEST_F(SlicectlTest, StatusShowsComputeReceivedAsTheSchedulerMeasuresIt) {
+  constexpr std::uint64_t kMs = 1'000'000, kStep = slice::kHistoryStepNs;
+  // The histories below reach 50 s into the monotonic clock's past (time since boot).
+  if (slice::monotonic_ns() < 60'000 * kMs) GTEST_SKIP() << "the machine started less than a minute ago";
+  // busy's entry for GPU A is its second (it met B first): each entry has its own history.
+  auto busy = holder({"--tenant", "busy", "--device", kDeviceB, "--device", kDeviceA, "--compute", "30", "--limit",
+                      "50", "--priority", "high"});
+  auto greedy = holder({"--tenant", "greedy", "--device", kDeviceA});
+  auto idle = holder({"--tenant", "idle", "--device", kDeviceA});
+  Entry b = entry("busy", kGpuA), g = entry("greedy", kGpuA);
+  ASSERT_NE(b.device, nullptr);
+  ASSERT_NE(g.device, nullptr);
+  // Ending at step N, busy received (per 250 ms step): 200 ms in N-47..N-42 (more than ten seconds
+  // ago), nothing in N-41..N-38, 125 ms in N-37..N-6, nothing in N-5..N-2, 237 ms in N-1, nothing
+  // since N. Read within 750 ms of N's start, the last second starts in N-4..N-2 and the last ten
+  // in N-40..N-38, where it received nothing: received_over gives exactly 237 ms over the second,
+  // 32 * 125 + 237 = 4237 ms over the ten, whenever slicectl reads it. What a wrong measure would
+  // give instead: 10 s for both, 42.4%; since the oldest sample, 54.4%; the cumulative total
+  // (an hour before the history) over the window, 100%; only since the newest sample, 0%.
+  const auto busy_profile = [&](std::uint64_t n) {
+    return [n](std::uint64_t s) -> std::uint64_t {
+      if (s < n - 41) return 200 * kMs;
+      if (s < n - 37) return 0;
+      if (s < n - 5) return 125 * kMs;
+      return s == n - 1 ? 237 * kMs : 0;
+    };
+  };
+  // greedy's file claims more than the device had: 5 s of it in the last second (a tenant writes its
+  // own file), which is clamped to the whole second; over ten seconds that is half.
+  const auto write_all = [&](std::uint64_t n) {
+    write_compute(b, n, 3600'000 * kMs, busy_profile(n));
+    write_compute(g, n, 0, [](std::uint64_t) { return std::uint64_t{0}; });
+    g.device->received_ns.store(5000 * kMs);
+  };
+  // slicectl must read within 750 ms of the start of step N (see above); on a machine too loaded for
+  // that, write the history again for the step of now and retry.
+  const auto status = [&](const std::vector<std::string>& args) {
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      const std::uint64_t n = slice::monotonic_ns() / kStep;
+      write_all(n);
+      Result r = slicectl(args);
+      if (slice::monotonic_ns() < (n + 3) * kStep) return r;
+    }
+    ADD_FAILURE() << "slicectl never read the coordinator within 750 ms of the history's newest step";
+    return Result{};
+  };
+
+  const Result table = status({"status", "--coordinator", dir_});
+  ASSERT_EQ(table.rc, 0) << table;
+  const auto last_two = [](const std::string& line) {
+    std::istringstream row(line);
+    std::vector<std::string> cells;
+    for (std::string c; row >> c;) cells.push_back(c);
+    return cells.size() < 2 ? cells : std::vector<std::string>(cells.end() - 2, cells.end());
+  };
+  const std::string header = line_starting(table.out, "  TENANT / PROCESS");
+  const std::string busy_row = line_starting(table.out, "  busy "), greedy_row = line_starting(table.out, "  greedy "),
+                    idle_row = line_starting(table.out, "  idle ");
+  EXPECT_EQ(last_two(busy_row), (std::vector<std::string>{"23.7%", "42.4%"})) << table;
+  EXPECT_EQ(last_two(greedy_row), (std::vector<std::string>{"100.0%", "50.0%"})) << table;
+  EXPECT_EQ(last_two(idle_row), (std::vector<std::string>{"-", "-"})) << table;  // no history yet
+  // The share, limit and priority beside them are the tenant's own (no policy).
+  for (const char* cell : {" 30% ", " 50% ", " high "}) EXPECT_TRUE(contains(busy_row, cell)) << cell << "\n" << table;
+  // Aligned under their headers.
+  const auto end_of = [](const std::string& line, const std::string& cell) { return line.rfind(cell) + cell.size(); };
+  EXPECT_EQ(end_of(header, "COMPUTE 1s"), end_of(busy_row, "23.7%")) << table;
+  EXPECT_EQ(end_of(header, "10s"), end_of(busy_row, "42.4%")) << table;
+  EXPECT_EQ(end_of(header, "10s"), end_of(greedy_row, "50.0%")) << table;
+
+  const Result json = status({"status", "--json", "--coordinator", dir_});
+  ASSERT_EQ(json.rc, 0) << json;
+  // The exact fractions, not rounded: 0.237 and 0.4237.
+  EXPECT_TRUE(contains(json.out, "\"compute_used_1s\":0.237,\"compute_used_10s\":0.4237,")) << json;
+  const Result checked = checked_json(json.out);
+  ASSERT_EQ(checked.rc, 0) << checked << "\nJSON was: " << json.out;
+  const auto has = [&](const std::string& line) {
+    EXPECT_TRUE(contains(checked.out, line + "\n")) << line << "\n" << checked.out;
+  };
+  has(std::string("tenant ") + kGpuA + " busy high null 0 30 50 false 0");
+  has(std::string("compute ") + kGpuA + " busy 0.237 0.4237");
+  has(std::string("compute ") + kGpuA + " greedy 1.0 0.5");
+  has(std::string("compute ") + kGpuA + " idle null null");
+  has(std::string("compute ") + kGpuB + " busy null null");  // nothing recorded on B
+
+  // A history whose newest sample is long past (the tenant's processes stopped): nothing received.
+  write_compute(b, slice::monotonic_ns() / kStep - 200, 3600'000 * kMs, [&](std::uint64_t) { return 100 * kMs; });
+  const std::string t = table_status();
+  EXPECT_EQ(last_two(line_starting(t, "  busy ")), (std::vector<std::string>{"0.0%", "0.0%"})) << t;
+  EXPECT_TRUE(contains(json_status(), std::string("compute ") + kGpuA + " busy 0.0 0.0\n"));
+}
+
+// The share, limit and priority slicectl shows are the ones the tenant's processes schedule by and
+// publish in its file for the other tenants' schedulers (per GPU): its registered ones (a GPU may
+// have a share of its own), then an administrator's.
+TEST_F(SlicectlTest, StatusComputeSettingsAreTheSchedulers) {
+  // Device 0 is GPU B, device 1 GPU A, with a share of its own.
+  auto server = holder({"--tenant", "inference", "--device", kDeviceB, "--device", kDeviceA, "--compute", "30",
+                        "--compute-gpu", "1:40", "--limit", "50", "--priority", "high"});
+  const auto published = [&](const std::string& uuid) {
+    Entry e = entry("inference", uuid);
+    if (e.device == nullptr) return std::string();
+    return std::to_string(e.device->compute_share.load()) + " " + std::to_string(e.device->compute_limit.load()) +
+           " " + std::string(slice::to_string(slice::priority_from_stored(e.device->compute_priority.load())));
+  };
+  const auto cells_of = [](const std::string& line) {
+    std::istringstream row(line);
+    std::vector<std::string> cells;
+    for (std::string c; row >> c;) cells.push_back(c);
+    return cells;
+  };
+  EXPECT_EQ(server->ask("publish 0"), "30 50 high");
+  EXPECT_EQ(server->ask("publish 1"), "40 50 high");
+  EXPECT_EQ(published(kGpuB), "30 50 high");
+  EXPECT_EQ(published(kGpuA), "40 50 high");
+  std::string s = json_status();
+  EXPECT_TRUE(contains(s, std::string("tenant ") + kGpuA + " inference high null 0 40 50 false 0\n")) << s;
+  EXPECT_TRUE(contains(s, std::string("tenant ") + kGpuB + " inference high null 0 30 50 false 0\n")) << s;
+  // GPU 0 is A (UUID order): its row comes first.
+  EXPECT_EQ(cells_of(line_starting(table_status(), "  inference")),
+            (std::vector<std::string>{"inference", "0", "B", "none", "-", "40%", "50%", "high", "-", "-"}));
+
+  if (!root()) GTEST_SKIP() << "slicectl set needs root";
+  ASSERT_EQ(slicectl({"set", "inference", "--compute", "20", "--priority", "low", "--coordinator", dir_}).rc, 0);
+  // The process takes the policy within a second (it joined before there was any policy folder);
+  // the policy's share holds on every GPU.
+  std::string now;
+  for (int i = 0; i < 60 && (now = server->ask("publish 1")) != "20 50 low"; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(now, "20 50 low");
+  EXPECT_EQ(server->ask("publish 0"), "20 50 low");
+  EXPECT_EQ(published(kGpuA), "20 50 low");
+  EXPECT_EQ(published(kGpuB), "20 50 low");
+  s = json_status();
+  EXPECT_TRUE(contains(s, std::string("tenant ") + kGpuA + " inference low null 0 20 50 true 0\n")) << s;
+  EXPECT_TRUE(contains(s, std::string("tenant ") + kGpuB + " inference low null 0 20 50 true 0\n")) << s;
+  EXPECT_EQ(cells_of(line_starting(table_status(), "  inference")),
+            (std::vector<std::string>{"inference", "*", "0", "B", "none", "-", "20%", "50%", "low", "-", "-"}));
 }
 
 TEST_F(SlicectlTest, SetWritesPolicyThatALiveProcessTakes) {

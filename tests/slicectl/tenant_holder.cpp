@@ -4,9 +4,13 @@
 //   reserve D BYTES  -> "ok" or "refused USAGE CAP"      (D: index of --device)
 //   release D BYTES  -> "ok"
 //   cap D            -> the tenant's cap on D in bytes, or "none"
+//   publish D        -> "SHARE LIMIT PRIORITY": the tenant's effective compute settings
+//                       on D (Coordinator::compute(D)), also published in its file's entry for D as
+//                       libslice's compute watcher publishes them for the other tenants' schedulers
 //
 // usage: slicectl_tenant_holder --tenant NAME --device HH:NAME:TOTAL [--device ...]
-//          [--memory Q] [--compute P] [--limit P] [--priority P] [--reserve D:BYTES ...] [--comm NAME]
+//          [--memory Q] [--compute P] [--compute-gpu D:P ...] [--limit P] [--priority P]
+//          [--reserve D:BYTES ...] [--comm NAME]
 // A device's UUID is the byte HH (hex) repeated: 11 -> GPU-11111111-1111-1111-1111-111111111111.
 // The coordinator is $SLICE_COORDINATOR_DIR.
 #include <sys/prctl.h>
@@ -46,6 +50,7 @@ int main(int argc, char** argv) {
   r.dir = dir;
   std::optional<slice::MemoryLimit> memory;
   std::vector<std::pair<int, std::uint64_t>> reserves;
+  std::vector<std::pair<int, std::uint32_t>> compute_gpu;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string opt = argv[i], value = argv[i + 1];
     if (opt == "--tenant") r.tenant = value;
@@ -53,12 +58,15 @@ int main(int argc, char** argv) {
     else if (opt == "--memory") memory = slice::parse_memory_limit(value).value;
     else if (opt == "--compute") r.compute_share = std::stoul(value);
     else if (opt == "--limit") r.compute_limit = std::stoul(value);
+    else if (opt == "--compute-gpu") compute_gpu.emplace_back(std::stoi(value), std::stoul(value.substr(value.find(':') + 1)));
     else if (opt == "--priority") r.priority = slice::parse_priority(value).value.value_or(slice::Priority::normal);
     else if (opt == "--reserve") reserves.emplace_back(std::stoi(value), std::stoull(value.substr(value.find(':') + 1)));
     else if (opt == "--comm") prctl(PR_SET_NAME, value.c_str(), 0, 0, 0);
     else die("unknown option " + opt);
   }
   for (auto& d : r.devices) d.memory = memory;
+  for (auto [d, share] : compute_gpu)
+    if (d >= 0 && d < static_cast<int>(r.devices.size())) r.devices[d].compute_share = share;
   std::string error;
   std::vector<std::string> warnings;
   auto c = slice::Coordinator::join(r, error, warnings);
@@ -86,6 +94,13 @@ int main(int argc, char** argv) {
       const std::uint64_t cap = c->cap(d);
       if (cap == slice::kNoLimit) std::cout << "none" << std::endl;
       else std::cout << cap << std::endl;
+    } else if (cmd == "publish") {
+      const slice::Coordinator::ComputeSettings settings = c->compute(d);
+      slice::DeviceEntry& entry = c->device_entry(d);
+      entry.compute_share.store(settings.share);
+      entry.compute_limit.store(settings.limit);
+      entry.compute_priority.store(slice::stored_priority(settings.priority));
+      std::cout << settings.share << " " << settings.limit << " " << slice::to_string(settings.priority) << std::endl;
     } else {
       std::cout << "unknown command" << std::endl;
     }

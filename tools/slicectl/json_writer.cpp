@@ -1,5 +1,7 @@
 #include "json_writer.h"
 
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 
 namespace slicectl {
@@ -108,6 +110,21 @@ void JsonWriter::number(std::int64_t n) {
 
 void JsonWriter::number_or_null(std::optional<std::uint64_t> n) {
   if (n) number(*n);
+  else null();
+}
+
+void JsonWriter::decimal(double x) {
+  if (!std::isfinite(x)) return null();  // JSON has no NaN or infinity
+  before_value();
+  // The shortest text that reads back as the same double (0.237, not 0.23699999999999999), and
+  // never in the locale's form (no decimal comma).
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  out_.append(buf, r.ptr);
+}
+
+void JsonWriter::decimal_or_null(std::optional<double> x) {
+  if (x) decimal(*x);
   else null();
 }
 

@@ -25,6 +25,8 @@ class JsonWriter {
   void number(std::uint64_t n);
   void number(std::int64_t n);
   void number_or_null(std::optional<std::uint64_t> n);
+  void decimal(double x);  // a non-finite value is written as null
+  void decimal_or_null(std::optional<double> x);
   void boolean(bool b);
   void null();
 

@@ -165,8 +165,9 @@ void print_in_effect(const std::string& dir, const std::string& tenant) {
     std::printf("now in effect for tenant '%s': compute share %u%%, limit %u%%, priority %s\n", tenant.c_str(),
                 t.compute_share, t.compute_limit, std::string(slice::to_string(t.priority)).c_str());
     for (const slice::TenantGpuView& g : t.gpus)
-      std::printf("  %s  %s  cap %s (uses %s)\n", g.uuid.c_str(), shown(g.name).c_str(),
-                  slice::describe_bytes(g.cap_bytes).c_str(), slice::describe_bytes(g.used_bytes).c_str());
+      std::printf("  %s  %s  cap %s (uses %s), compute share %u%%\n", g.uuid.c_str(), shown(g.name).c_str(),
+                  slice::describe_bytes(g.cap_bytes).c_str(), slice::describe_bytes(g.used_bytes).c_str(),
+                  g.compute_share);
     // PolicyWatcher: a process that started before the coordinator had any policy looks for the
     // policy folder once a second; after that a change holds at its next allocation.
     std::printf("its running processes take the new limits at their next allocation (within a second if\n"

@@ -22,13 +22,13 @@ void write_tenant(JsonWriter& j, const TenantOnDevice& on) {
   j.key("memory_used_bytes");
   j.number(u.used_bytes);
   j.key("compute_share");
-  j.number(std::uint64_t{t.compute_share});
+  j.number(std::uint64_t{u.compute_share});  // on this GPU
   j.key("compute_limit");
   j.number(std::uint64_t{t.compute_limit});
-  j.key("compute_used_1s");  // measured once the compute scheduler exists
-  j.null();
+  j.key("compute_used_1s");  // fractions 0..1; null while the tenant has no history on the GPU
+  j.decimal_or_null(u.compute_used_1s);
   j.key("compute_used_10s");
-  j.null();
+  j.decimal_or_null(u.compute_used_10s);
   j.key("policy");
   j.boolean(t.policy);
   j.key("dead_processes");

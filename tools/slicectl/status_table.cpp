@@ -1,5 +1,6 @@
 // slicectl status for a person: one aligned table per GPU, then the notes that need attention.
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "cli.h"
@@ -22,6 +23,14 @@ std::string percent_of(std::uint64_t part, std::uint64_t whole) {
   return s;
 }
 
+// 29.8%: a share of device time (0..1) as a percentage; "-" when not measured.
+std::string share_text(std::optional<double> share) {
+  if (!share) return "-";
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f%%", *share * 100.0);
+  return s;
+}
+
 std::string device_heading(const DeviceStatus& d) {
   return "GPU " + std::to_string(d.index) + "  " + shown(d.name) + "  " + d.uuid + "  " +
          slice::describe_bytes(d.used_bytes) + " of " + slice::describe_bytes(d.total_bytes) + " used (" +
@@ -37,8 +46,9 @@ std::string device_table(const DeviceStatus& d) {
     const slice::TenantGpuView& u = on.usage();
     t.add({tenant.name + (tenant.policy ? " *" : ""), slice::describe_bytes(u.used_bytes),
            slice::describe_bytes(u.cap_bytes), percent_of(u.used_bytes, u.cap_bytes),
-           std::to_string(tenant.compute_share) + "%", std::to_string(tenant.compute_limit) + "%",
-           std::string(slice::to_string(tenant.priority)), "-", "-"});
+           std::to_string(u.compute_share) + "%", std::to_string(tenant.compute_limit) + "%",
+           std::string(slice::to_string(tenant.priority)), share_text(u.compute_used_1s),
+           share_text(u.compute_used_10s)});
     for (const slice::ProcessView& p : tenant.processes)
       t.add({"  " + std::to_string(p.pid) + " " + shown(p.comm, 16), slice::describe_bytes(on.process_memory(p))});
     if (tenant.processes.empty()) t.add({"  (no live process)"});

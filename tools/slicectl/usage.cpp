@@ -12,7 +12,7 @@ const char* const kMainUsage =
     "\n"
     "subcommands:\n"
     "  status [--json]    per GPU the tenants on it and their processes, memory used / cap, compute\n"
-    "                     share, limit and priority\n"
+    "                     share, limit and priority, and the device time each got over 1 s and 10 s\n"
     "  set TENANT ...     set a tenant's limits as an administrator (root): they win over the\n"
     "                     tenant's own SLICE_* variables\n"
     "  gc [TENANT]        return the memory of dead processes not yet reaped, of one tenant or all\n"
@@ -26,7 +26,9 @@ const char* const kStatusUsage =
     "usage: slicectl status [--json] [--coordinator DIR]\n"
     "Per GPU (gathered by UUID across all tenants, numbered in UUID order: not the CUDA ordinals,\n"
     "which differ between processes) its name, size and the memory its tenants use; per tenant its\n"
-    "memory used and cap, compute share and limit, priority, and its live processes.\n"
+    "memory used and cap, compute share and limit, priority, its live processes, and the share of\n"
+    "the GPU's time it received over the last second and the last ten (COMPUTE 1s, 10s), measured\n"
+    "as libslice's compute scheduler measures it; - when none of its processes has measured it yet.\n"
     "A tenant marked * has limits from an administrator's policy (slicectl set). Tenant files\n"
     "that cannot be read, ignored policy files and dead processes not yet reaped are listed below.\n"
     "\n"
@@ -37,7 +39,8 @@ const char* const kStatusUsage =
     "                       \"policy\",\"dead_processes\",\"processes\":[{\"pid\",\"name\",\"memory_used_bytes\"}]}]}],\n"
     "                      \"warnings\":[...]}\n"
     "                     memory_limit_bytes is null when there is no cap; compute_used_1s and\n"
-    "                     compute_used_10s are null (not measured yet)\n" SLICECTL_COORDINATOR_HELP;
+    "                     compute_used_10s are fractions (0 to 1) of the GPU's time, null when\n"
+    "                     not measured yet\n" SLICECTL_COORDINATOR_HELP;
 
 const char* const kSetUsage =
     "usage: slicectl set TENANT [--memory Q|P%|none] [--memory-gpu UUID=Q|P%|none ...]\n"
