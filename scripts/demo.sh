@@ -33,54 +33,57 @@ echo "   inference server: 6 GiB, 1 ms kernels;  batch job: 12 GiB, 10 ms kernel
 for f in inference batch; do
   for _ in $(seq 100); do grep -q ready "$work/$f.out" 2>/dev/null && break; sleep 0.05; done
 done
-sleep 1
-t0=$(date +%s.%N); "$stat" --json > "$work/before.json"
-sleep 3
-t1=$(date +%s.%N); "$stat" --json > "$work/after.json"
-echo
-"$stat"
-python3 - "$work/before.json" "$work/after.json" "${pids[0]}" "${pids[1]}" "$t0" "$t1" <<'PY'
+measure() {  # measure SECONDS NAME1 PID1 NAME2 PID2: each program's share of device time
+  local t0 t1
+  t0=$(date +%s.%N); "$stat" --json > "$work/before.json"
+  sleep "$1"
+  t1=$(date +%s.%N); "$stat" --json > "$work/after.json"
+  python3 - "$work/before.json" "$work/after.json" "$t0" "$t1" "$2" "$3" "$4" "$5" <<'PY'
 import json, sys
 before, after = (json.load(open(p))["devices"][0] for p in sys.argv[1:3])
-names = {int(sys.argv[3]): "inference server", int(sys.argv[4]): "batch job"}
-window = float(sys.argv[6]) - float(sys.argv[5])
+window = float(sys.argv[4]) - float(sys.argv[3])
+names = {int(sys.argv[6]): sys.argv[5], int(sys.argv[8]): sys.argv[7]}
 busy0 = {p["pid"]: p["busy_ns"] for p in before["processes"]}
-print(f"\nDevice time over {window:.1f} s, as the simulated GPU measured it:")
+print(f"Device time over {window:.1f} s, as the simulated GPU measured it:")
 total = 0
 for p in after["processes"]:
     share = (p["busy_ns"] - busy0.get(p["pid"], 0)) / (window * 1e9)
     total += share
     print(f"  {names.get(p['pid'], p['pid']):<18} {share:6.1%}  memory {p['memory_bytes'] / 2**30:5.1f} GiB")
 print(f"  {'device busy':<18} {total:6.1%}")
-print("\nWithout slicing, each program gets whatever the time-slicer gives it and may take all the memory.")
 PY
+}
+sleep 1
+measure 3 "inference server" "${pids[0]}" "batch job" "${pids[1]}"
+echo "Without slicing, each program gets whatever the time-slicer gives it and may take all the memory."
 wait "${pids[@]}"
 pids=()
 
 echo
-echo "== The same programs under libslice (slice-run): each team a tenant with a memory cap =="
+echo "== The same programs under libslice (slice-run): each team a tenant with a memory cap and a share =="
 export SLICE_COORDINATOR_DIR="$work/coordinator"
 run="$root/build/bin/slice-run"
-echo "   inference server: cap 8 GiB, asks 6 GiB;  batch job: cap 8 GiB, asks 12 GiB"
-"$run" --memory 8Gi --tenant inference -- "$load" --seconds 4 --alloc-mib 6144 --kernel-us 1000 \
+echo "   inference server: cap 8 GiB, asks 6 GiB, 30% of the GPU;  batch job: cap 8 GiB, asks 12 GiB, 70%"
+"$run" --memory 8Gi --compute 30 --tenant inference -- "$load" --seconds 8 --alloc-mib 6144 --kernel-us 1000 \
   > "$work/inference.out" & pids+=($!)
 for _ in $(seq 100); do grep -q ready "$work/inference.out" 2>/dev/null && break; sleep 0.05; done
-if "$run" --memory 8Gi --tenant batch -- "$load" --seconds 1 --alloc-mib 12288 > /dev/null 2> "$work/batch.err"; then
+if "$run" --memory 8Gi --compute 70 --tenant batch -- "$load" --seconds 1 --alloc-mib 12288 > /dev/null 2> "$work/batch.err"; then
   echo "   the batch job got 12 GiB past its 8 GiB cap: this should not happen"
 else
   echo "   the batch job was refused; it saw:"
   sed 's/^/     /' "$work/batch.err"
 fi
 echo "   batch job again, asking 7 GiB within its cap:"
-"$run" --memory 8Gi --tenant batch -- "$load" --seconds 2 --alloc-mib 7168 --kernel-us 10000 \
+"$run" --memory 8Gi --compute 70 --tenant batch -- "$load" --seconds 6 --alloc-mib 7168 --kernel-us 10000 \
   > "$work/batch.out" & pids+=($!)
 for _ in $(seq 100); do grep -q ready "$work/batch.out" 2>/dev/null && break; sleep 0.05; done
+sleep 1.5
+echo
+measure 3 "inference server" "${pids[0]}" "batch job" "${pids[1]}"
 echo
 "$root/build/bin/slicectl" status
 echo
-"$stat"
-echo
-echo "Each tenant is held to its cap on every allocation path, and cuMemGetInfo and NVML show it"
-echo "its slice. Shares of device time come next."
+echo "Each tenant is held to its cap on every allocation path (cuMemGetInfo and NVML show it its slice),"
+echo "and receives its share of device time whatever the length of its kernels."
 wait "${pids[@]}"
 pids=()
