@@ -306,6 +306,21 @@ bool Coordinator::ipc_exported_by_tenant(std::uint64_t digest) const {
   return false;
 }
 
+void Coordinator::publish_compute_locked_out(int device) {
+  TenantFile& f = tenant_->file();
+  const int e = entries_[device];
+  f.slots[slot_].devices[e].compute.store(0);
+  std::uint32_t active = 0, wanting = 0;
+  for (int i = 0; i < compute_scan_limit_.load(std::memory_order_relaxed); ++i) {
+    if (i == slot_ || f.slots[i].state.load(std::memory_order_relaxed) != SlotState::live) continue;
+    const std::uint32_t bits = f.slots[i].devices[e].compute.load(std::memory_order_relaxed);
+    active += (bits & kSlotActive) != 0;
+    wanting += (bits & kSlotWanting) != 0;
+  }
+  f.devices[e].active_processes.store(active);
+  f.devices[e].wanting_processes.store(wanting);
+}
+
 void Coordinator::publish_compute(int device, std::uint32_t flags, bool check_liveness) {
   if (forked_ || left_.load(std::memory_order_relaxed)) return;
   TenantFile& f = tenant_->file();
@@ -359,8 +374,10 @@ void Coordinator::leave() {
   for (std::size_t i = 0; i < entries_.size(); ++i) {
     const std::uint64_t held = ledger_->mine(entries_[i]);
     if (held) ledger_->release(entries_[i], held);
-    tenant_->file().slots[slot_].devices[entries_[i]].compute.store(0);
   }
+  // Off the device for the others at once (not when the heartbeats go stale): the tenant's counts
+  // without this process.
+  for (std::size_t i = 0; i < entries_.size(); ++i) publish_compute_locked_out(static_cast<int>(i));
   ProcessSlot& s = tenant_->file().slots[slot_];
   s.pid.store(0);
   s.state.store(SlotState::free);

@@ -97,6 +97,7 @@ class Coordinator {
  private:
   Coordinator() = default;
   bool claim_slot(std::string& error);
+  void publish_compute_locked_out(int device);  // this process leaving: its flags gone, counts without it
   int entry_for(const DeviceInfo& d, std::string& error);
   void refresh_policy();
 

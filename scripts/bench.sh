@@ -3,8 +3,30 @@
 #   SLICE_BUILD_DIR=DIR   use an already built tree in DIR instead of building build/ with setup.sh
 #                         (not passed on: libslice refuses SLICE_* names it does not know)
 #   SHIM_BENCH_ROUNDS=N   rounds of the with/without libslice comparison (default 20)
+# Then tests/bench/compute_bench.py measures the compute shares (a few minutes); its timeline goes to
+# BUILD/bench/shares.csv and, drawn by tests/bench/shares.gnuplot, BUILD/bench/shares.png
+# (docs/shares.png is a copy of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Debian packages of the benchmarks only (scripts/setup.sh installs the build's): gnuplot draws the
+# compute shares' timeline. Installed as setup.sh does, as root; otherwise the figure is left out.
+bench_packages=(gnuplot-nox)
+missing=()
+for p in "${bench_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+command -v gnuplot >/dev/null && missing=()  # any gnuplot will do
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "bench: installing ${missing[*]}"
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; } ||
+      echo "bench: could not install ${missing[*]}; the shares figure is left out"
+  else
+    echo "bench: missing packages (the shares figure is left out without them). Run, as root:"
+    echo "  apt-get update && apt-get install -y ${missing[*]}"
+  fi
+fi
 if [ -n "${SLICE_BUILD_DIR:-}" ]; then
   build=$(cd "$SLICE_BUILD_DIR" && pwd)
   unset SLICE_BUILD_DIR
@@ -16,7 +38,8 @@ rounds=${SHIM_BENCH_ROUNDS:-20}
 [[ "$rounds" =~ ^[1-9][0-9]?$ ]] || { echo "bench: SHIM_BENCH_ROUNDS must be 1..99, not '$rounds'"; exit 2; }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/slice-bench.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+idle_pid=
+trap 'if [ -n "$idle_pid" ]; then kill "$idle_pid" 2>/dev/null; fi; rm -rf "$work"' EXIT
 export SIMGPU_STATE="$work/simgpu-state" SLICE_COORDINATOR_DIR="$work/coordinator"
 "$build/bin/simgpu_bench"
 echo
@@ -27,6 +50,9 @@ echo
 # The machine is shared and noisy, so absolute figures mean little: each mode runs alternately with
 # and without libslice (the order swaps every round), and only medians and their difference count.
 # Both sides see the same variables; a memory cap and a tenant make libslice take its accounting path.
+# launch_share repeats the launch mode in a tenant with SLICE_COMPUTE_SHARE=50 beside a second,
+# idle tenant (`shim_bench idle`, on the GPU's compute board but with no work): the compute gate's
+# common path, open, with its watcher comparing shares.
 slice=$build/lib/libslice.so
 bench=$build/bin/shim_bench
 for f in "$slice" "$bench"; do
@@ -51,6 +77,7 @@ done
 
 # ROUNDS rounds; in each, every mode runs once without and once with libslice, in swapped order
 # every other round. Each run prints `name value_ns` lines, kept as `round side name value_ns`.
+# With ROW set, the lines' names become ROW.
 run() {  # round side mode arg
   local round=$1 side=$2 out
   shift 2
@@ -59,7 +86,27 @@ run() {  # round side mode arg
   else
     out=$("$bench" "$@" 2>>"$work/stderr") || { tail -20 "$work/stderr"; echo "bench: shim_bench $* ($side libslice) failed"; exit 1; }
   fi
-  { grep -v '^#' <<< "$out" || true; } | sed "s/^/$round $side /" >> "$work/results"
+  { grep -v '^#' <<< "$out" || true; } | sed "${ROW:+s/^[^ ]*/$ROW/;}s/^/$round $side /" >> "$work/results"
+}
+# The idle second tenant of launch_share, for one round: started, then stopped by stop_idle.
+start_idle() {
+  : > "$work/idle.out"
+  SLICE_TENANT=bench-idle SLICE_MEMORY_LIMIT=1Gi SLICE_COMPUTE_SHARE=50 LD_PRELOAD=$slice \
+    "$bench" idle 100 > "$work/idle.out" 2>>"$work/stderr" &
+  idle_pid=$!
+  for ((i = 0; i < 500; i++)); do
+    grep -q ready "$work/idle.out" && return 0
+    kill -0 "$idle_pid" 2>/dev/null || break
+    sleep 0.01
+  done
+  tail -20 "$work/stderr"
+  echo "bench: shim_bench idle did not start"
+  exit 1
+}
+stop_idle() {
+  kill "$idle_pid" 2>/dev/null || true
+  wait "$idle_pid" 2>/dev/null || true
+  idle_pid=
 }
 : > "$work/results"
 : > "$work/stderr"
@@ -71,6 +118,11 @@ for ((r = 0; r < rounds; r++)); do
       run "$r" "$side" $mode
     done
   done
+  start_idle
+  for side in $order; do
+    SLICE_COMPUTE_SHARE=50 SLICE_TENANT=bench-share ROW=launch_share run "$r" "$side" launch 15
+  done
+  stop_idle
 done
 
 python3 - "$work/results" "$rounds" <<'EOF'
@@ -79,6 +131,7 @@ from collections import defaultdict
 
 rows = [  # name, operation, target (ns, or None)
     ("launch", "cuLaunchKernel (empty kernel, batches of 1000)", 50),
+    ("launch_share", "cuLaunchKernel, share 50, an idle 2nd tenant", 100),
     ("alloc_free", "cuMemAlloc_v2 + cuMemFree_v2, 4 KiB .. 1 MiB", 1000),
     ("free_10k_live", "cuMemFree_v2, 10,000 live allocations", 1000),
     ("alloc_10k_live", "cuMemAlloc_v2, 10,000 live allocations", 1000),
@@ -104,7 +157,7 @@ def quartiles(v):
 
 print(f"libslice's cost: medians, alternating with/without LD_PRELOAD over {sys.argv[2]} rounds")
 print("(SLICE_MEMORY_LIMIT=16Gi, SLICE_TENANT=bench; host time; added = with - without; spread = the")
-print(" middle half of the rounds' own differences)")
+print(" middle half of the rounds' own differences; the share row in a tenant of its own)")
 print(f"  {'operation':<50} {'without':>9} {'with':>9} {'added':>9} {'ratio':>5} {'spread':>15} {'target':>10}  result")
 for name, label, target in rows:
     a, b = samples.get(("without", name)), samples.get(("with", name))
@@ -124,11 +177,33 @@ for name, label, target in rows:
     print(f"  {label:<50} {fmt(ma, us):>9} {fmt(mb, us):>9} {fmt(added, us, True):>9} {mb / ma:>5.2f} "
           f"{spread:>15} {tgt:>10}  {verdict}")
 n = {name: len(samples.get(("with", name), [])) for name, _, _ in rows}
-print(f"  samples each side: {n['launch']} batches of 1000 launches, {n['alloc_free']} of 1000 alloc+free pairs, "
-      f"{n['free_10k_live']} loops of 2000 calls timed alone")
+print(f"  samples each side: {n['launch']} (and {n['launch_share']}) batches of 1000 launches, "
+      f"{n['alloc_free']} of 1000 alloc+free pairs, {n['free_10k_live']} loops of 2000 calls timed alone")
 print(f"  (their mean without the slowest 1%), {n['startup_process']} processes")
 EOF
 if [ -s "$work/stderr" ]; then
   echo "standard error of the runs (count, line):"
   sort "$work/stderr" | uniq -c | sort -rn | head -10
+fi
+
+# ---- Compute shares: tests/bench/compute_bench.py, against simgpu-stat's busy_ns (a few minutes) ----
+echo
+for f in "$build/bin/simgpu-load" "$build/bin/simgpu-stat" "$build/simgpu"; do
+  [ -e "$f" ] || { echo "bench: $f is missing (build the simgpu-load and simgpu-stat targets)"; exit 1; }
+done
+mkdir -p "$build/bench"
+csv=$build/bench/shares.csv png=$build/bench/shares.png
+# A simulator of its own and a folder for its coordinators (one per section); the script passes on
+# none of the SLICE_* set above.
+SIMGPU_STATE="$work/compute-simgpu" SLICE_COORDINATOR_DIR="$work/compute-coordinator" \
+  python3 tests/bench/compute_bench.py "$slice" "$build/simgpu" "$build/bin/simgpu-load" "$build/bin/simgpu-stat" \
+  --csv "$csv"
+if command -v gnuplot >/dev/null; then
+  if gnuplot -e "csv='$csv'; png='$png'" tests/bench/shares.gnuplot; then
+    echo "shares over time: $png (the README's docs/shares.png is a copy of it)"
+  else
+    echo "bench: gnuplot could not draw $png"
+  fi
+else
+  echo "bench: no gnuplot, so no $png (the CSV is $csv)"
 fi

@@ -203,7 +203,7 @@ bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
 }
 
 GateTicket gate_enter(Session& s, CUstream stream, bool per_thread) {
-  const CurrentContext ctx = current_context(s);
+  const CurrentContext ctx = launch_context(s);
   if (ctx.device < 0 || !s.compute) return {};
   ComputeLane& lane = s.compute->lane(ctx.device);
   if (!lane.used.load(std::memory_order_relaxed)) s.compute->use(ctx.device);

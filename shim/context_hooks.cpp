@@ -85,6 +85,7 @@ bool primary_active(CUdevice dev) {
 
 template <typename Call>
 CUresult create_context(CUcontext* pctx, CUdevice dev, const char* what, Call&& call) {
+  current_context_changed_here();  // a created context is made current
   return accounted(
       [&](Session& s) {
         const int device = s.index_of(dev);
@@ -104,6 +105,7 @@ CUresult create_context(CUcontext* pctx, CUdevice dev, const char* what, Call&& 
 
 template <typename Call>
 CUresult destroy_context(CUcontext ctx, Call&& call) {
+  current_context_changed_here();
   return accounted(
       [&](Session& s) {
         const CUresult rc = call();
@@ -196,4 +198,35 @@ extern "C" SLICE_EXPORT CUresult cuCtxDestroy(CUcontext ctx) {
 
 extern "C" SLICE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
   return destroy_context(ctx, [&] { return SLICE_CALL_REAL(cuCtxDestroy_v2, ctx); });
+}
+
+// Changes of the calling thread's current context: passed through, and the launch path's
+// remembered context forgotten.
+template <typename Call>
+CUresult switch_context(Call&& call) {
+  if (session_state() == SessionState::failed) return kFailedClosed;
+  current_context_changed_here();
+  const CUresult rc = call();
+  current_context_changed_here();
+  return rc;
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+  return switch_context([&] { return SLICE_CALL_REAL(cuCtxSetCurrent, ctx); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+  return switch_context([&] { return SLICE_CALL_REAL(cuCtxPushCurrent_v2, ctx); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) {
+  return switch_context([&] { return SLICE_CALL_REAL(cuCtxPushCurrent, ctx); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
+  return switch_context([&] { return SLICE_CALL_REAL(cuCtxPopCurrent_v2, pctx); });
+}
+
+extern "C" SLICE_EXPORT CUresult cuCtxPopCurrent(CUcontext* pctx) {
+  return switch_context([&] { return SLICE_CALL_REAL(cuCtxPopCurrent, pctx); });
 }

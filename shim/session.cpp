@@ -304,6 +304,24 @@ CurrentContext current_context(const Session& s) noexcept {
   return {reinterpret_cast<std::uint64_t>(ctx), cached_device};
 }
 
+namespace {
+thread_local struct {
+  bool known = false;
+  std::uint64_t generation = 0;
+  CurrentContext context;
+} t_launch_context;
+}  // namespace
+
+void current_context_changed_here() noexcept { t_launch_context.known = false; }
+
+CurrentContext launch_context(const Session& s) noexcept {
+  const std::uint64_t generation = g_context_generation.load(std::memory_order_acquire);
+  if (t_launch_context.known && t_launch_context.generation == generation) return t_launch_context.context;
+  const CurrentContext c = current_context(s);
+  if (c.key != 0) t_launch_context = {true, generation, c};
+  return c;
+}
+
 bool charge(Session& s, int device, std::uint64_t bytes, const char* what) {
   Refusal why;
   if (s.coordinator->reserve(device, bytes, &why)) return true;

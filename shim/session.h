@@ -91,6 +91,13 @@ inline int current_device_index(const Session& s) noexcept { return current_cont
 // Forgets every thread's remembered context -> device (a destroyed context's handle may come back
 // for another device).
 void contexts_changed() noexcept;
+// The launch path's cheaper variant: the calling thread's current context as it was last seen,
+// without asking the driver, until this thread changes contexts through a hooked call
+// (cuCtxSetCurrent, Push, Pop, Create, Destroy: current_context_changed_here) or any context is
+// destroyed. A stale answer only puts a launch in the wrong lane of the compute gate; memory is
+// always charged with current_context.
+CurrentContext launch_context(const Session& s) noexcept;
+void current_context_changed_here() noexcept;
 
 // Charges `bytes` on device `device` for `what` (a driver function's name), or writes the refusal's
 // warn line and returns false. `settle` runs before refusing, to bring held memory (pools) up to

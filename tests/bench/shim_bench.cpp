@@ -12,6 +12,9 @@
 //                           allocation returned, and fork until the process is reaped
 //   shim_bench first-alloc [FD]  cuInit, primary context, one cuMemAlloc_v2; writes the monotonic
 //                           time at which it returned to FD (8 bytes), frees, exits
+//   shim_bench idle [SECONDS]  a tenant that is present but idle: one empty kernel (so that, under
+//                           libslice, it is on the GPU's compute board), then prints "ready" and
+//                           sleeps for SECONDS (default 7) or until killed; times nothing
 //
 // Every timed sample (one loop) is printed as one line `name value_ns`; lines starting with '#' are
 // remarks. ROUNDS is the number of loops (default 7), after one loop to warm up.
@@ -233,9 +236,31 @@ int mode_startup(int children) {
   return 0;
 }
 
+int mode_idle(int seconds) {
+  CUcontext ctx = make_context();
+  CUmodule mod;
+  CUfunction noop;
+  CHECK(cuModuleLoadData(&mod, kPtx));
+  CHECK(cuModuleGetFunction(&noop, mod, "noop"));
+  CHECK(cuLaunchKernel(noop, 1, 1, 1, 32, 1, 1, 0, nullptr, nullptr, nullptr));
+  CHECK(cuCtxSynchronize());
+  std::printf("ready\n");
+  std::fflush(stdout);
+  const std::int64_t end = now_ns() + std::int64_t(seconds) * 1000000000;
+  for (std::int64_t t = now_ns(); t < end; t = now_ns()) {
+    const std::int64_t left = end - t;
+    timespec ts{time_t(left / 1000000000), long(left % 1000000000)};
+    nanosleep(&ts, nullptr);
+  }
+  CHECK(cuModuleUnload(mod));
+  drop_context(ctx);
+  return 0;
+}
+
 int usage() {
   std::fprintf(stderr,
                "usage: shim_bench launch|alloc|crowded [ROUNDS]\n"
+               "       shim_bench idle [SECONDS]\n"
                "       shim_bench startup [CHILDREN]\n"
                "       shim_bench first-alloc [FD]\n");
   return 2;
@@ -258,11 +283,13 @@ int main(int argc, char** argv) {
   const bool child = mode == "first-alloc";
   const int arg = argc == 3 ? number(argv[2], child ? 0 : 1, child ? 1 << 20 : 1000) : (child ? -1 : 7);
   if (argc == 3 && arg < 0) return usage();
-  alarm(child ? 30 : 120);  // a hung driver ends the benchmark instead of holding the script
+  // A hung driver ends the benchmark instead of holding the script.
+  alarm(child ? 30 : mode == "idle" ? static_cast<unsigned>(arg) + 30 : 120);
   if (mode == "launch") return mode_launch(arg);
   if (mode == "alloc") return mode_alloc(arg);
   if (mode == "crowded") return mode_crowded(arg);
   if (mode == "startup") return mode_startup(arg);
   if (mode == "first-alloc") return mode_first_alloc(arg);
+  if (mode == "idle") return mode_idle(arg);
   return usage();
 }
