@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@ namespace slice {
 namespace {
 
 constexpr std::uint64_t kRescanNs = 100'000'000;
+constexpr std::uint64_t kLookNs = 5'000'000;
 // The header and the device entries: all a reader needs, one pread.
 constexpr std::size_t kReadBytes = offsetof(TenantFile, slots);
 
@@ -26,17 +28,33 @@ std::uint32_t percent(std::uint32_t v) { return std::clamp<std::uint32_t>(v, 1, 
 
 }  // namespace
 
-ComputeBoard::ComputeBoard(std::string dir, std::string self) : dir_(std::move(dir)), self_(std::move(self)) {}
+// The buffers' storage comes from operator new, aligned for any fundamental type: enough for the
+// 8-byte atomics loaded from them.
+ComputeBoard::ComputeBoard(std::string dir, std::string self) : dir_(std::move(dir)), self_(std::move(self)) {
+  start_buffer_.resize(kReadBytes);
+  history_buffer_.resize(sizeof(ReceivedHistory));
+  entry_buffer_.resize(sizeof(DeviceEntry));
+}
 
 ComputeBoard::~ComputeBoard() {
   for (File& f : files_) ::close(f.fd);
 }
 
 void ComputeBoard::rescan(std::uint64_t now_ns) {
-  if (scanned_ && now_ns < scanned_ns_ + kRescanNs) return;
-  scanned_ = true;
-  scanned_ns_ = now_ns;
   const std::string folder = dir_ + "/tenants";
+  if (scanned_ && now_ns < scanned_ns_ + kRescanNs) {
+    if (now_ns < looked_ns_ + kLookNs) return;
+    looked_ns_ = now_ns;
+    struct stat st {};
+    if (::stat(folder.c_str(), &st) != 0) return;
+    const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+    if (mtime == folder_mtime_ns_) return;  // no tenant came or went
+  }
+  scanned_ = true;
+  scanned_ns_ = looked_ns_ = now_ns;
+  struct stat st {};
+  if (::stat(folder.c_str(), &st) == 0)
+    folder_mtime_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
   DIR* d = ::opendir(folder.c_str());
   if (d == nullptr) return;
   std::vector<std::string> names;
@@ -132,10 +150,10 @@ void load_entry(const DeviceEntry& e, std::uint64_t now_ns, TenantCompute& t) {
 bool ComputeBoard::read_full(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns) {
   // The start of a tenant file: its bytes are read, then the header and device entries are loaded
   // from where the layout puts them.
-  alignas(TenantFile) static thread_local unsigned char raw[kReadBytes];
+  unsigned char* raw = start_buffer_.data();
   const auto* header = reinterpret_cast<const TenantHeader*>(raw + offsetof(TenantFile, header));
   const auto* devices = reinterpret_cast<const DeviceEntry*>(raw + offsetof(TenantFile, devices));
-  alignas(ReceivedHistory) static thread_local unsigned char history_raw[sizeof(ReceivedHistory)];
+  unsigned char* history_raw = history_buffer_.data();
   f.entry = kAbsent;  // until found below: not looked at again before the next full read
   if (::pread(f.fd, raw, kReadBytes, 0) != static_cast<ssize_t>(kReadBytes)) return false;
   const TenantHeader& h = *header;
@@ -147,7 +165,7 @@ bool ComputeBoard::read_full(File& f, const std::uint8_t uuid[16], std::uint64_t
     t.name = f.name;
     load_entry(e, now_ns, t);
     const off_t at = static_cast<off_t>(offsetof(TenantFile, history) + index * sizeof(ReceivedHistory));
-    if (::pread(f.fd, history_raw, sizeof history_raw, at) == static_cast<ssize_t>(sizeof history_raw))
+    if (::pread(f.fd, history_raw, sizeof(ReceivedHistory), at) == static_cast<ssize_t>(sizeof(ReceivedHistory)))
       t.window_received_ns = std::min(
           received_over(*reinterpret_cast<const ReceivedHistory*>(history_raw), t.received_ns, now_ns, window_ns),
           window_ns);
@@ -160,10 +178,10 @@ bool ComputeBoard::read_full(File& f, const std::uint8_t uuid[16], std::uint64_t
 }
 
 bool ComputeBoard::read_entry(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns) {
-  alignas(DeviceEntry) static thread_local unsigned char raw[sizeof(DeviceEntry)];
+  unsigned char* raw = entry_buffer_.data();
   const auto* e = reinterpret_cast<const DeviceEntry*>(raw);
   const off_t at = static_cast<off_t>(offsetof(TenantFile, devices) + f.entry * sizeof(DeviceEntry));
-  if (::pread(f.fd, raw, sizeof raw, at) != static_cast<ssize_t>(sizeof raw) || e->state.load() != 2 ||
+  if (::pread(f.fd, raw, sizeof(DeviceEntry), at) != static_cast<ssize_t>(sizeof(DeviceEntry)) || e->state.load() != 2 ||
       std::memcmp(e->uuid, uuid, 16) != 0)
     return read_full(f, uuid, now_ns, window_ns);
   const std::uint64_t window = f.last.window_received_ns;

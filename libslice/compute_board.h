@@ -44,7 +44,9 @@ class ComputeBoard {
   ComputeBoard& operator=(const ComputeBoard&) = delete;
 
   // The tenants other than `self` that use the GPU `uuid`, with what each received over the last
-  // `window_ns`. The folder is listed again at most every 100 ms, so a new tenant is seen within that.
+  // `window_ns`. The folder is listed again when it changed (looked at every 5 ms: a new tenant is
+  // seen within that, and has the device within the 100 ms a neighbour has to give it back), and
+  // every 100 ms regardless.
   // Cheap enough to call every few hundred microseconds: a tenant's whole start (and its history)
   // is read every 2 ms; in between only its device entry, one small pread.
   void read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns,
@@ -63,11 +65,18 @@ class ComputeBoard {
   bool read_full(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns);
   bool read_entry(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns);
   std::uint64_t full_read_ns_ = 0;
+  // Where tenant files are read into (a member, not thread-local storage, which a preloaded
+  // library keeps small): the header and device entries, one history, one entry.
+  std::vector<unsigned char> start_buffer_;
+  std::vector<unsigned char> history_buffer_;
+  std::vector<unsigned char> entry_buffer_;
   std::string dir_;
   std::string self_;
   std::vector<File> files_;
   std::uint64_t scanned_ns_ = 0;
   bool scanned_ = false;
+  std::uint64_t looked_ns_ = 0;        // when the folder's modification time was last looked at
+  std::int64_t folder_mtime_ns_ = -1;  // as it was at the last listing
 };
 
 }  // namespace slice

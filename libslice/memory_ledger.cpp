@@ -1,5 +1,7 @@
 #include "memory_ledger.h"
 
+#include <array>
+
 #include <unistd.h>
 
 namespace slice {
@@ -134,7 +136,7 @@ int MemoryLedger::recount() {
     if (attempt == 1 || !wait_for_recount(deadline)) return -1;  // others keep recounting: as good as ours
   }
   // Which slots are live: ours, and those a live process holds.
-  static thread_local bool live[kMaxProcesses];
+  std::array<bool, kMaxProcesses> live{};  // on the stack: libslice.so keeps its thread-local storage small
   for (int i = 0; i < kMaxProcesses; ++i)
     live[i] = f.slots[i].state.load() == SlotState::live && (i == slot_ || tenant_.slot_held_by_other(i));
   // Let the changes already under way finish (our own other threads' too); new ones wait for us.
