@@ -115,6 +115,23 @@ def case_work_conserving():
                 t.stop()
 
 
+def case_neighbour_killed():
+    # A neighbour that dies while it has the device never blocks the others: its heartbeats go
+    # stale within 50 ms. (A stopped one, SIGSTOP, cannot be shown here: in the simulator a stopped
+    # process keeps the device it was running on, which a GPU does not.)
+    a, b = Tenant("a", 1000, share=50), Tenant("b", 1000, share=50)
+    try:
+        time.sleep(1.0)
+        os.killpg(b.proc.pid, signal.SIGKILL)
+        time.sleep(0.2)
+        killed = shares([a], 1.0)[0]
+        print(f"neighbour killed: a received {killed:.3f} in the second after")
+        check(killed >= 0.85, f"beside a killed neighbour a received {killed:.3f} (>= 0.85)")
+    finally:
+        a.stop()
+        b.stop()
+
+
 def case_limit():
     got = run_case("limit 40% alone", [dict(name="a", kernel_us=1000, limit=40)], [0.40])
     got = run_case("limit 40% beside a 20%-share tenant",
