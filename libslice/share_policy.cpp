@@ -43,36 +43,6 @@ Verdict SharePolicy::decide(const TenantLoad& me, std::span<const TenantLoad> ot
   return Verdict::run;
 }
 
-void ReceivedWindow::record(std::uint64_t now_ns, std::uint64_t cumulative_ns) {
-  latest_ = {now_ns, cumulative_ns};
-  if (newest_ >= 0 && now_ns < samples_[newest_].at_ns + bucket_ns_) return;
-  newest_ = (newest_ + 1) % kBuckets;
-  samples_[newest_] = latest_;
-  count_ = std::min(count_ + 1, kBuckets);
-}
-
-std::uint64_t ReceivedWindow::received(std::uint64_t now_ns, std::uint64_t window_ns) const {
-  if (count_ == 0) return 0;
-  const std::uint64_t from = now_ns > window_ns ? now_ns - window_ns : 0;
-  // The newest sample at or before `from`, and the one after it, to interpolate between.
-  Sample before{}, after = latest_;
-  bool have_before = false;
-  for (int i = 0; i < count_; ++i) {
-    const Sample& s = samples_[(newest_ - i + kBuckets) % kBuckets];
-    if (s.at_ns <= from) {
-      before = s;
-      have_before = true;
-      break;
-    }
-    after = s;
-  }
-  if (!have_before) return latest_.total_ns - after.total_ns;  // less history than the window
-  std::uint64_t at_from = before.total_ns;
-  if (after.at_ns > before.at_ns && after.total_ns > before.total_ns)
-    at_from += (after.total_ns - before.total_ns) * (from - before.at_ns) / (after.at_ns - before.at_ns);
-  return latest_.total_ns > at_from ? latest_.total_ns - at_from : 0;
-}
-
 void DeviceTimeEstimator::step(std::uint64_t now_ns, bool active_here, unsigned active_total) {
   if (started_ && now_ns > last_ns_ && active_here)
     received_ns_ += (now_ns - last_ns_) / std::max(active_total, 1u);

@@ -1,7 +1,8 @@
 // The compute scheduler's policy, with no clock, no driver and no shared memory in it: given what
 // every tenant on one GPU received over the last window and whether it wants the device now, may
 // this tenant submit work? Pure functions, so unit tests drive them with a fake clock and a
-// simulated device (tests/unit/share_policy_test.cpp).
+// simulated device (tests/unit/share_policy_test.cpp). What a tenant received over the window
+// comes from its shared history (compute_board.h: received_over).
 //
 // The rules, in order:
 //  1. Limit: a tenant that received more than its SLICE_COMPUTE_LIMIT of the window waits, even on
@@ -48,31 +49,6 @@ struct SharePolicy {
   std::uint64_t hysteresis_ns = 20'000'000;
 
   Verdict decide(const TenantLoad& me, std::span<const TenantLoad> others) const;
-};
-
-// Device time a tenant received over a sliding window, from a cumulative counter sampled now and
-// then (the estimator's). Keeps `kBuckets` samples; the window is as long as their span.
-class ReceivedWindow {
- public:
-  static constexpr int kBuckets = 64;
-  explicit ReceivedWindow(std::uint64_t bucket_ns = 10'000'000) : bucket_ns_(bucket_ns) {}
-  // Records the cumulative total at `now_ns` (monotonic). Samples closer than a bucket apart
-  // replace the newest one.
-  void record(std::uint64_t now_ns, std::uint64_t cumulative_ns);
-  // Received over the last `window_ns` (interpolated between samples). With less history than
-  // that, what was received since the first sample: a newcomer looks behind, never ahead.
-  std::uint64_t received(std::uint64_t now_ns, std::uint64_t window_ns) const;
-
- private:
-  struct Sample {
-    std::uint64_t at_ns = 0;
-    std::uint64_t total_ns = 0;
-  };
-  std::uint64_t bucket_ns_;
-  Sample samples_[kBuckets];  // one per bucket, oldest first from (newest_ + 1) % kBuckets
-  int newest_ = -1;
-  int count_ = 0;
-  Sample latest_;             // the most recent record, newer than samples_[newest_]
 };
 
 // A process's estimate of the device time it receives: a GPU without MPS runs one context at a

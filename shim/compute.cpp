@@ -46,6 +46,7 @@ struct Compute::Watch {
   struct Lane {
     std::uint64_t liveness_checked_ns = 0;
     bool was_active = false;          // over the step that ends now
+    DeviceTimeEstimator estimate;     // what this process received there
     std::vector<TenantCompute> board_rows;
     CUcontext current = nullptr;       // what the watcher thread has made current
     std::uint64_t traced_ns = 0;
@@ -53,7 +54,6 @@ struct Compute::Watch {
   ComputeBoard board;
   std::vector<Lane> lanes;
   SharePolicy policy;
-  std::uint64_t last_ns = 0;
   Watch(const std::string& dir, const std::string& tenant, std::size_t n) : board(dir, tenant), lanes(n) {}
 };
 
@@ -91,7 +91,6 @@ void Compute::run() {
       draining |= lane.since_drain.load(std::memory_order_relaxed) != 0 && !lane.open.load(std::memory_order_relaxed);
       waiting |= lane.waiting.load(std::memory_order_relaxed) != 0;
     }
-    watch_->last_ns = now;
     sleep_ns(draining ? kDrainTickNs : waiting ? kWaitTickNs : busy ? kTickNs : kIdleTickNs);
   }
 }
@@ -120,12 +119,13 @@ void Compute::tick(int device, std::uint64_t now) {
   entry.compute_priority.store(stored_priority(settings.priority), std::memory_order_relaxed);
 
   watch_->board.read(session_.devices[device].uuid.data(), now, watch_->policy.window_ns, w.board_rows);
-  if (w.was_active && watch_->last_ns != 0 && now > watch_->last_ns) {
-    unsigned tenants = 1;
-    for (const TenantCompute& t : w.board_rows) tenants += t.active;
-    const unsigned processes = std::max(1u, entry.active_processes.load(std::memory_order_relaxed));
-    entry.received_ns.fetch_add((now - watch_->last_ns) / (tenants * processes), std::memory_order_relaxed);
-  }
+  // The step that ends now, shared among the tenants with work then and this tenant's processes.
+  unsigned tenants = 1;
+  for (const TenantCompute& t : w.board_rows) tenants += t.active;
+  const unsigned processes = std::max(1u, entry.active_processes.load(std::memory_order_relaxed));
+  const std::uint64_t credited = w.estimate.received_ns();
+  w.estimate.step(now, w.was_active, tenants * processes);
+  entry.received_ns.fetch_add(w.estimate.received_ns() - credited, std::memory_order_relaxed);
   w.was_active = active;
   const std::uint64_t received = entry.received_ns.load(std::memory_order_relaxed);
   ReceivedHistory& history = c.received_history(device);

@@ -3,16 +3,22 @@
 // policy, where the shares they receive must converge to their targets.
 #include "share_policy.h"
 
+#include "compute_board.h"
+#include "coordinator_layout.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 namespace slice {
 namespace {
 
 constexpr std::uint64_t kMs = 1'000'000;
+// Simulated time starts at 0; the monotonic clock of a machine that has been up a while does not.
+constexpr std::uint64_t kClockBase = 1000 * 1000 * kMs;
 
 TenantLoad load(std::uint32_t share, std::uint64_t received_ms, bool wants = true,
                 Priority priority = Priority::normal, std::uint32_t limit = 100) {
@@ -72,17 +78,22 @@ TEST(SharePolicy, HigherPriorityFirstLowOnlyOnIdleTime) {
   EXPECT_EQ(p.decide(load(90, 0, true, Priority::low), idle_normal), Verdict::run);
 }
 
-TEST(ReceivedWindow, InterpolatesOverTheWindowAndNeverOverstatesANewcomer) {
-  ReceivedWindow w(10 * kMs);
-  EXPECT_EQ(w.received(0, 500 * kMs), 0u);
-  // Half the device for 2 s, sampled every 1 ms.
-  for (std::uint64_t t = 0; t <= 2000; ++t) w.record(t * kMs, t * kMs / 2);
-  EXPECT_NEAR(static_cast<double>(w.received(2000 * kMs, 500 * kMs)), 250.0 * kMs, 1.0 * kMs);
-  EXPECT_NEAR(static_cast<double>(w.received(2000 * kMs, 100 * kMs)), 50.0 * kMs, 1.0 * kMs);
-  ReceivedWindow fresh(10 * kMs);
-  fresh.record(1000 * kMs, 7 * kMs);
-  fresh.record(1050 * kMs, 30 * kMs);
-  EXPECT_EQ(fresh.received(1050 * kMs, 500 * kMs), 23 * kMs);  // only what it received since it started
+// What the policy is given: a tenant's shared history (compute_board.h), as every process reads it.
+TEST(ReceivedOver, InterpolatesOverTheWindowForgetsTheGoneAndNeverOverstatesANewcomer) {
+  const std::uint64_t t0 = 1000 * 1000 * kMs;  // the monotonic clock of a machine up for a while
+  ReceivedHistory h{};
+  EXPECT_EQ(received_over(h, 0, t0, 500 * kMs), 0u);
+  // Half the device for 2 s, recorded every 1 ms.
+  for (std::uint64_t t = 0; t <= 2000; ++t) record_history(h, t * kMs / 2, t0 + t * kMs);
+  EXPECT_NEAR(static_cast<double>(received_over(h, 1000 * kMs, t0 + 2000 * kMs, 500 * kMs)), 250.0 * kMs, 1.0 * kMs);
+  EXPECT_NEAR(static_cast<double>(received_over(h, 1000 * kMs, t0 + 2000 * kMs, 100 * kMs)), 50.0 * kMs, 1.0 * kMs);
+  // Its processes gone, nothing more is recorded: the window empties as time passes.
+  EXPECT_EQ(received_over(h, 1000 * kMs, t0 + 2600 * kMs, 500 * kMs), 0u);
+  // A newcomer: only what it received since it started, however long the window.
+  ReceivedHistory fresh{};
+  record_history(fresh, 0, t0 + 1000 * kMs);
+  record_history(fresh, 23 * kMs, t0 + 1050 * kMs);
+  EXPECT_EQ(received_over(fresh, 23 * kMs, t0 + 1050 * kMs, 500 * kMs), 23 * kMs);
 }
 
 TEST(DeviceTimeEstimator, ItsShareOfTheTimeItHadWork) {
@@ -103,7 +114,12 @@ struct SimTenant {
   bool busy = true;                 // always has another kernel to submit
   std::deque<std::uint64_t> queue;  // remaining ns of each submitted kernel
   std::uint64_t received = 0;       // the truth
-  ReceivedWindow window{10 * kMs};
+  // Its shared history, as libslice keeps it, and the cumulative total last recorded there.
+  std::unique_ptr<ReceivedHistory> history = std::make_unique<ReceivedHistory>();
+  std::uint64_t recorded = 0;
+  std::uint64_t window(std::uint64_t now, std::uint64_t window_ns) const {
+    return std::min(received_over(*history, recorded, kClockBase + now, window_ns), window_ns);
+  }
   DeviceTimeEstimator estimate;
   bool held = false;
 };
@@ -131,10 +147,10 @@ std::vector<double> simulate(std::vector<SimTenant>& tenants, double seconds, do
       for (std::size_t j = 0; j < tenants.size(); ++j) {
         if (j == i) continue;
         const SimTenant& o = tenants[j];
-        others.push_back({o.share, o.limit, o.priority, o.window.received(now, policy.window_ns),
+        others.push_back({o.share, o.limit, o.priority, o.window(now, policy.window_ns),
                           !o.queue.empty() || o.held, !o.queue.empty()});
       }
-      const TenantLoad me{t.share, t.limit, t.priority, t.window.received(now, policy.window_ns), true,
+      const TenantLoad me{t.share, t.limit, t.priority, t.window(now, policy.window_ns), true,
                           !t.queue.empty()};
       t.held = policy.decide(me, others) != Verdict::run;
       if (!t.held) t.queue.push_back(t.kernel_ns);
@@ -164,7 +180,8 @@ std::vector<double> simulate(std::vector<SimTenant>& tenants, double seconds, do
     for (std::size_t i = 0; i < tenants.size(); ++i) {
       SimTenant& t = tenants[i];
       t.estimate.step(now + step, had_work[i], active);
-      t.window.record(now + step, use_estimate ? t.estimate.received_ns() : t.received);
+      t.recorded = use_estimate ? t.estimate.received_ns() : t.received;
+      record_history(*t.history, t.recorded, kClockBase + now + step);
     }
   }
   std::vector<double> shares;
