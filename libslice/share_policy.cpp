@@ -24,7 +24,11 @@ std::string_view to_string(Verdict v) {
 }
 
 Verdict SharePolicy::decide(const TenantLoad& me, std::span<const TenantLoad> others) const {
-  if (me.limit < 100 && me.received_ns * 100 > static_cast<std::uint64_t>(me.limit) * window_ns)
+  // On the device, a tenant goes on up to its limit; off it, it starts again only once it is half a
+  // hysteresis below (the others stop waiting for it within a hysteresis of it): turns around a
+  // limit then last ms, not one kernel each, and every change of turns idles the device.
+  const std::uint64_t start_margin = me.active ? 0 : hysteresis_ns / 2;
+  if (me.limit < 100 && (me.received_ns + start_margin) * 100 > static_cast<std::uint64_t>(me.limit) * window_ns)
     return Verdict::hold_for_limit;
   const int mine = rank(me.priority);
   for (const TenantLoad& o : others)

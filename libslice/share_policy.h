@@ -6,7 +6,7 @@
 //
 // The rules, in order:
 //  1. Limit: a tenant that received more than its SLICE_COMPUTE_LIMIT of the window waits, even on
-//     an idle device.
+//     an idle device, and starts again only half a hysteresis below it.
 //  2. Priority: while a tenant of a higher priority wants the device, lower ones wait (`low` only
 //     gets time no `normal` or `high` tenant wants).
 //  3. Share: among tenants of the same priority that want the device, the one furthest behind its

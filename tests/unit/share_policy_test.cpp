@@ -60,8 +60,14 @@ TEST(SharePolicy, OneTenantOfAPriorityAtATimeOnTheDevice) {
 
 TEST(SharePolicy, LimitHoldsEvenOnAnIdleDevice) {
   const SharePolicy p;  // 500 ms window
-  EXPECT_EQ(p.decide(load(100, 201, true, Priority::normal, 40), {}), Verdict::hold_for_limit);
-  EXPECT_EQ(p.decide(load(100, 199, true, Priority::normal, 40), {}), Verdict::run);
+  TenantLoad on_device = load(100, 199, true, Priority::normal, 40);
+  on_device.active = true;  // on the device: goes on up to its limit (200 ms of 500)...
+  EXPECT_EQ(p.decide(on_device, {}), Verdict::run);
+  on_device.received_ns = 201 * kMs;
+  EXPECT_EQ(p.decide(on_device, {}), Verdict::hold_for_limit);
+  // ...off it, starts again only half a hysteresis (10 ms) below.
+  EXPECT_EQ(p.decide(load(100, 199, true, Priority::normal, 40), {}), Verdict::hold_for_limit);
+  EXPECT_EQ(p.decide(load(100, 189, true, Priority::normal, 40), {}), Verdict::run);
   // A neighbour held by its limit is not waited for.
   const std::vector<TenantLoad> limited = {load(50, 10, true, Priority::normal, 1)};
   EXPECT_EQ(p.decide(load(50, 300), limited), Verdict::run);
