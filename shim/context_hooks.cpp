@@ -106,13 +106,7 @@ CUresult create_context(CUcontext* pctx, CUdevice dev, const char* what, Call&& 
 template <typename Call>
 CUresult destroy_context(CUcontext ctx, Call&& call) {
   current_context_changed_here();
-  return accounted(
-      [&](Session& s) {
-        const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) forget_context(s, reinterpret_cast<std::uint64_t>(ctx));
-        return rc;
-      },
-      call);
+  return after_success(call, [&](Session& s) { forget_context(s, reinterpret_cast<std::uint64_t>(ctx)); });
 }
 
 // After a primary context's release or reset: if it is no longer active, it and what was

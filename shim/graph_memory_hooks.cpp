@@ -204,31 +204,19 @@ extern "C" SLICE_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUst
 }
 
 extern "C" SLICE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
-  const auto call = [&] { return SLICE_CALL_REAL(cuGraphExecDestroy, hGraphExec); };
-  return accounted(
-      [&](Session&) {
-        const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) {
-          std::lock_guard<std::mutex> lock(g_mu);
-          const auto it = execs().find(hGraphExec);
-          if (it != execs().end()) {
-            if (!it->second.mapped) g_exec_count.fetch_sub(1);
-            execs().erase(it);
-          }
-        }
-        return rc;
-      },
-      call);
+  return after_success([&] { return SLICE_CALL_REAL(cuGraphExecDestroy, hGraphExec); }, [&](Session&) {
+    std::lock_guard<std::mutex> lock(g_mu);
+    const auto it = execs().find(hGraphExec);
+    if (it != execs().end()) {
+      if (!it->second.mapped) g_exec_count.fetch_sub(1);
+      execs().erase(it);
+    }
+  });
 }
 
 extern "C" SLICE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
-  const auto call = [&] { return SLICE_CALL_REAL(cuDeviceGraphMemTrim, device); };
-  return accounted(
-      [&](Session& s) {
-        const CUresult rc = call();
-        const int index = s.index_of(device);
-        if (rc == CUDA_SUCCESS && index >= 0) settle_graph_memory(s, index);
-        return rc;
-      },
-      call);
+  return after_success([&] { return SLICE_CALL_REAL(cuDeviceGraphMemTrim, device); }, [&](Session& s) {
+    const int index = s.index_of(device);
+    if (index >= 0) settle_graph_memory(s, index);
+  });
 }

@@ -23,6 +23,19 @@ CUresult accounted(Charged&& charged, Passthrough&& passthrough) {
   return charged(*s);
 }
 
+// The driver's call, then `then(session)` when it succeeded in a process libslice accounts: the
+// shape of every hook whose bookkeeping follows a successful call (a free, a trim, a destroy).
+template <typename Call, typename Then>
+CUresult after_success(Call&& call, Then&& then) {
+  return accounted(
+      [&](Session& s) {
+        const CUresult rc = call();
+        if (rc == CUDA_SUCCESS) then(s);
+        return rc;
+      },
+      call);
+}
+
 // Calls the real function of a hook; an absent driver answers as an absent driver would.
 template <typename Fn, typename... Args>
 CUresult call_real(Fn fn, Args... args) {

@@ -60,14 +60,8 @@ CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Call&& ca
 using namespace slice::shim;
 
 extern "C" SLICE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
-  const auto call = [&] { return SLICE_CALL_REAL(cuIpcGetMemHandle, pHandle, dptr); };
-  return accounted(
-      [&](Session& s) {
-        const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) s.coordinator->note_ipc_export(digest_of(*pHandle));
-        return rc;
-      },
-      call);
+  return after_success([&] { return SLICE_CALL_REAL(cuIpcGetMemHandle, pHandle, dptr); },
+                       [&](Session& s) { s.coordinator->note_ipc_export(digest_of(*pHandle)); });
 }
 
 extern "C" SLICE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags) {

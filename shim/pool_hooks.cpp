@@ -217,17 +217,11 @@ namespace {
 // After a call that may change what a known pool holds (a trim, a new release threshold).
 template <typename Call>
 CUresult settle_after(CUmemoryPool pool, Call&& call) {
-  return accounted(
-      [&](Session& s) {
-        const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) {
-          std::lock_guard<std::mutex> lock(s.pools->mu);
-          const auto it = s.pools->pools.find(pool);
-          if (it != s.pools->pools.end()) settle_locked(s, pool, it->second);
-        }
-        return rc;
-      },
-      call);
+  return after_success(call, [&](Session& s) {
+    std::lock_guard<std::mutex> lock(s.pools->mu);
+    const auto it = s.pools->pools.find(pool);
+    if (it != s.pools->pools.end()) settle_locked(s, pool, it->second);
+  });
 }
 
 }  // namespace
@@ -244,16 +238,10 @@ namespace {
 
 template <typename Call>
 CUresult free_async(CUdeviceptr dptr, Call&& call) {
-  return accounted(
-      [&](Session& s) {
-        const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) {
-          forget_pool_pointer(s, dptr);
-          s.pools->frees_pending.store(true, std::memory_order_relaxed);
-        }
-        return rc;
-      },
-      call);
+  return after_success(call, [&](Session& s) {
+    forget_pool_pointer(s, dptr);
+    s.pools->frees_pending.store(true, std::memory_order_relaxed);
+  });
 }
 
 // After a synchronisation that may have let pools give memory back (a free came before it).
