@@ -19,7 +19,7 @@ namespace {
 // How often the watcher looks while this process has work or waits (faster while it drains for
 // someone else: the gap between two tenants' turns is the device idling).
 constexpr std::uint64_t kTickNs = 500'000;         // has work, holds its turn
-constexpr std::uint64_t kWaitTickNs = 200'000;     // a thread waits at the gate for its turn
+constexpr std::uint64_t kWaitTickNs = 100'000;     // a thread waits at the gate for its turn
 constexpr std::uint64_t kDrainTickNs = 50'000;     // drains, for someone else: the device idles meanwhile
 constexpr std::uint64_t kIdleTickNs = 2'000'000;
 // How long a launch may be held at a closed gate before it goes anyway: no wait without an end.
