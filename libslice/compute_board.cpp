@@ -16,7 +16,7 @@ namespace slice {
 namespace {
 
 constexpr std::uint64_t kRescanNs = 100'000'000;
-constexpr std::uint64_t kLookNs = 5'000'000;
+constexpr std::uint64_t kLookNs = 1'000'000;
 // The header and the device entries: all a reader needs, one pread.
 constexpr std::size_t kReadBytes = offsetof(TenantFile, slots);
 
@@ -110,6 +110,11 @@ std::uint64_t received_over(const ReceivedHistory& history, std::uint64_t cumula
   return cumulative_ns > at_from ? cumulative_ns - at_from : 0;
 }
 
+bool joined_within(const TenantCompute& t, std::uint64_t now_ns, std::uint64_t window_ns) {
+  return t.joined_ms != 0 &&
+         static_cast<std::uint32_t>(joined_stamp_ms(now_ns) - t.joined_ms) < static_cast<std::uint32_t>(window_ns / 1'000'000);
+}
+
 void record_history(ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns) {
   history.updated_total_ns.store(cumulative_ns, std::memory_order_relaxed);
   history.updated_ns.store(now_ns, std::memory_order_relaxed);
@@ -141,6 +146,7 @@ void load_entry(const DeviceEntry& e, std::uint64_t now_ns, TenantCompute& t) {
   t.received_ns = e.received_ns.load(std::memory_order_relaxed);
   t.active = e.active_processes.load(std::memory_order_relaxed) != 0 &&
              fresh(e.active_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
+  t.joined_ms = e.joined_ms.load(std::memory_order_relaxed);
   t.wanting = e.wanting_processes.load(std::memory_order_relaxed) != 0 &&
               fresh(e.wanting_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
 }
@@ -204,7 +210,7 @@ void ComputeBoard::read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::
     if (now_ns < f.dormant_until_ns || (!full && f.entry == kAbsent)) continue;
     const bool ok = full || f.entry < 0 ? read_full(f, uuid, now_ns, window_ns) : read_entry(f, uuid, now_ns, window_ns);
     if (!ok) continue;
-    if (!f.last.active && !f.last.wanting && f.last.window_received_ns == 0) {
+    if (!f.last.active && !f.last.wanting && f.last.window_received_ns == 0 && !joined_within(f.last, now_ns, window_ns)) {
       f.dormant_until_ns = now_ns + kDormantNs;
       continue;  // it asks for nothing: the policy need not know it
     }

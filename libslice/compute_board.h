@@ -25,6 +25,7 @@ struct TenantCompute {
   std::uint64_t window_received_ns = 0;  // over the window asked for (received_over)
   bool active = false;                   // has work on the GPU now
   bool wanting = false;                  // has work held back by libslice
+  std::uint32_t joined_ms = 0;           // DeviceEntry::joined_ms
 };
 
 struct ReceivedHistory;
@@ -33,6 +34,8 @@ struct ReceivedHistory;
 // tenant, whenever it started watching: the scheduler's decisions must agree.
 std::uint64_t received_over(const ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns,
                             std::uint64_t window_ns);
+// Whether a process of the tenant joined on the GPU within the last `window_ns`.
+bool joined_within(const TenantCompute& t, std::uint64_t now_ns, std::uint64_t window_ns);
 // Records `cumulative_ns` as the sample of the step `now_ns` falls in, and of any steps missed.
 void record_history(ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns);
 
@@ -44,7 +47,7 @@ class ComputeBoard {
   ComputeBoard& operator=(const ComputeBoard&) = delete;
 
   // The tenants other than `self` that use the GPU `uuid`, with what each received over the last
-  // `window_ns`. The folder is listed again when it changed (looked at every 5 ms: a new tenant is
+  // `window_ns`. The folder is listed again when it changed (looked at every 1 ms: a new tenant is
   // seen within that, and has the device within the 100 ms a neighbour has to give it back), and
   // every 100 ms regardless.
   // Cheap enough to call every few hundred microseconds: a tenant's whole start (and its history)

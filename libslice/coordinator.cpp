@@ -183,6 +183,16 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
   for (std::size_t i = 0; i < c->cap_count_; ++i) c->caps_[i].store(kNoLimit);
   for (const DeviceInfo& d : r.devices) c->device_totals_.push_back(d.total_bytes);
   c->refresh_policy();
+  // Settings first, then the stamp: a reader that sees the stamp sees this tenant's priority.
+  const std::uint32_t stamp = joined_stamp_ms(monotonic_ns());
+  for (std::size_t i = 0; i < c->cap_count_; ++i) {
+    DeviceEntry& e = c->tenant_->file().devices[c->entries_[i]];
+    const ComputeSettings s = c->compute(static_cast<int>(i));
+    e.compute_share.store(s.share, std::memory_order_relaxed);
+    e.compute_limit.store(s.limit, std::memory_order_relaxed);
+    e.compute_priority.store(stored_priority(s.priority), std::memory_order_relaxed);
+    e.joined_ms.store(stamp, std::memory_order_release);
+  }
   return c;
 }
 

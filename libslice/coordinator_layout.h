@@ -78,8 +78,18 @@ struct DeviceEntry {
   std::atomic<std::uint32_t> compute_share;
   std::atomic<std::uint32_t> compute_limit;
   std::atomic<std::uint32_t> compute_priority;  // stored_priority()
-  std::uint32_t reserved2;
+  // When a process of the tenant last joined on this GPU (monotonic clock in ms, wrapping; 0 never
+  // written): a high-priority newcomer counts as present before its first kernel, so lower tenants
+  // shorten their queues before its first request rather than after it.
+  std::atomic<std::uint32_t> joined_ms;
 };
+
+// Milliseconds of the monotonic clock, as joined_ms stores them (wraps every 49 days; compare by
+// difference). Never 0, which means "never".
+inline std::uint32_t joined_stamp_ms(std::uint64_t monotonic_ns) {
+  const auto ms = static_cast<std::uint32_t>(monotonic_ns / 1'000'000);
+  return ms == 0 ? 1 : ms;
+}
 
 // Samples of a tenant's received_ns on one device, one per kHistoryStepNs, for `slicectl status`
 // (the share received over the last second and ten seconds, measured as the scheduler measures it).

@@ -142,7 +142,9 @@ void Compute::tick(int device, std::uint64_t now) {
     contended |= wants && rank(t.priority) >= rank(settings.priority);
     // A higher priority that used the device within the window will likely want it again soon: its
     // next request must not wait behind a deep queue of ours, so ours stays one launch deep.
-    higher_present |= (wants || t.window_received_ns != 0) && rank(t.priority) > rank(settings.priority);
+    // So does one that joined within the window: its first request should not wait either.
+    higher_present |= (wants || t.window_received_ns != 0 || joined_within(t, now, watch_->policy.window_ns)) &&
+                      rank(t.priority) > rank(settings.priority);
   }
   contended |= higher_present;
   const bool tenant_active = entry.active_processes.load(std::memory_order_relaxed) != 0;
