@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "config.h"
 #include "config_values.h"
 #include "printable.h"
 #include "quantity.h"
@@ -36,8 +37,8 @@ const char kUsage[] =
     "  --help            this text\n"
     "\n"
     "libslice.so is looked for next to this program (../lib/libslice.so), or where LIBSLICE_PATH says.\n"
-    "Exit status: CMD's own; 2 for a wrong command line, 1 when libslice.so is missing, 127 when CMD\n"
-    "cannot be run.\n\n";
+    "Exit status: CMD's own; 2 for a wrong command line or an invalid SLICE_* variable in the\n"
+    "environment, 1 when libslice.so is missing, 127 when CMD cannot be run.\n\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "slice-run: %s\n%s", message.c_str(), kUsage);
@@ -115,6 +116,12 @@ int main(int argc, char** argv) {
     return kExitFailure;
   }
   for (const Setting& s : settings) setenv(s.variable, s.value.c_str(), 1);
+  // The SLICE_* variables CMD inherits (a container's environment, say) are checked too: libslice
+  // would refuse them at the first CUDA call, which is later and further from whoever set them.
+  if (const slice::ConfigResult config = slice::parse_config(slice::process_slice_environment()); !config) {
+    std::fprintf(stderr, "slice-run: %s\n", config.error.message().c_str());
+    return kExitUsage;
+  }
   std::string preload = library;
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) {
     // Keep what was there, after us; libslice once is enough.

@@ -56,6 +56,18 @@ TEST(SliceRun, LeavesUnsetWhatWasNotAsked) {
   EXPECT_EQ(r.out.find("SLICE_TENANT="), std::string::npos) << "libslice names a new tenant itself";
 }
 
+TEST(SliceRun, AnInvalidVariableInTheEnvironmentIsRefusedBeforeTheCommandRuns) {
+  // A container's environment, not slice-run's options: checked with libslice's parser too.
+  Result r = run("-- echo ran", "SLICE_COMPUTE_SHARE=150");
+  EXPECT_EQ(r.rc, 2) << r.out;
+  EXPECT_NE(r.out.find("SLICE_COMPUTE_SHARE='150'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("example: SLICE_COMPUTE_SHARE="), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("ran"), std::string::npos) << r.out;
+  r = run("-- echo ran", "SLICE_COMPUTE_SHARE=40 SLICE_MEMORY_LIMIT_1=2Gi");
+  EXPECT_EQ(r.rc, 0) << r.out;
+  EXPECT_TRUE(has_line(r.out, "ran")) << r.out;
+}
+
 TEST(SliceRun, WrongOptionsExitTwoNamingOptionValueAndExample) {
   struct Case {
     std::string args, expected;

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   unsigned long long alloc_mib = 0;
   int depth = 0;  // kernels per batch; 0: about 4 ms of work
   bool churn = false;  // also allocate and free small blocks as fast as possible, on a second thread
+  bool show_memory = false;  // say what cuMemGetInfo reports (on standard error), before allocating
   int requests = 0;    // >0: a server answering requests instead of a busy loop (see usage)
   unsigned long long gap_us = 2000;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -45,14 +46,16 @@ int main(int argc, char** argv) {
     else if (k == "--alloc-mib") alloc_mib = std::strtoull(argv[i + 1], nullptr, 10);
     else if (k == "--depth") depth = std::atoi(argv[i + 1]);
     else if (k == "--churn") churn = std::atoi(argv[i + 1]) != 0;
+    else if (k == "--show-memory") show_memory = std::atoi(argv[i + 1]) != 0;
     else if (k == "--requests") requests = std::atoi(argv[i + 1]);
     else if (k == "--gap-us") gap_us = std::strtoull(argv[i + 1], nullptr, 10);
     else {
       std::fprintf(stderr, "usage: simgpu-load [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D] [--churn 0|1]\n"
-                   "                   [--requests R [--gap-us G]]\n"
+                   "                   [--show-memory 0|1] [--requests R [--gap-us G]]\n"
                    "  keeps device 0 busy with spin kernels of N us (default 1000) for S seconds (default 3),\n"
                    "  after allocating M MiB (default 0); D kernels per batch (default: about 4 ms of work);\n"
                    "  --churn 1 also allocates and frees 4 KiB blocks without pause on a second thread;\n"
+                   "  --show-memory 1 prints what cuMemGetInfo reports, on standard error, before allocating;\n"
                    "  --requests R: instead, R requests of one kernel each, waited for, G us apart (default\n"
                    "  2000); prints each latency's percentiles: \"latency_us p50 P p99 P max M\"\n");
       return 2;
@@ -63,6 +66,12 @@ int main(int argc, char** argv) {
   CUcontext ctx;
   if ((r = cuDevicePrimaryCtxRetain(&ctx, 0))) return fail("cuDevicePrimaryCtxRetain", r);
   if ((r = cuCtxSetCurrent(ctx))) return fail("cuCtxSetCurrent", r);
+  if (show_memory) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if ((r = cuMemGetInfo(&free_bytes, &total_bytes))) return fail("cuMemGetInfo", r);
+    std::fprintf(stderr, "cuMemGetInfo: total %.1f GiB, free %.1f GiB\n", total_bytes / 1073741824.0,
+                 free_bytes / 1073741824.0);
+  }
   if (alloc_mib) {
     CUdeviceptr p;
     if ((r = cuMemAlloc(&p, alloc_mib << 20))) return fail("cuMemAlloc", r);
