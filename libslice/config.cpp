@@ -14,6 +14,7 @@ namespace slice {
 namespace {
 
 constexpr std::string_view kPrefix = "SLICE_";
+constexpr std::string_view kGpuSuffixPrefix = "GPU_";  // NAME_GPU_<uuid>
 
 // ---- values: each VariableKind to its parser, each parsed value into its Config field ----------
 
@@ -29,22 +30,31 @@ auto parse_as(std::string_view text) {
   else if constexpr (K == VariableKind::flag) return parse_flag(text);
 }
 
+// Which device a variable's name sets: none (every device), an ordinal (NAME_<n>) or a UUID
+// (NAME_GPU_<uuid>).
+struct DeviceKey {
+  std::optional<int> ordinal;
+  std::string uuid;  // canonical "GPU-…"; empty: not the UUID form
+};
+
 template <typename T>
-void store(T& field, std::optional<int> /*device: none for a process-wide field*/, T value) {
+void store(T& field, const DeviceKey& /*device: none for a process-wide field*/, T value) {
   field = std::move(value);
 }
 
 template <typename T, typename Fallback>
-void store(PerDevice<T, Fallback>& field, std::optional<int> device, T value) {
-  if (device) {
-    field.by_device[*device] = std::move(value);
+void store(PerDevice<T, Fallback>& field, const DeviceKey& device, T value) {
+  if (!device.uuid.empty()) {
+    field.by_uuid[device.uuid] = std::move(value);
+  } else if (device.ordinal) {
+    field.by_device[*device.ordinal] = std::move(value);
   } else {
     field.every_device = std::move(value);
   }
 }
 
 // Parses value as the variable's kind into its field; the reason when it is not valid.
-std::optional<std::string> apply(Config& config, VariableId id, std::optional<int> device, std::string_view value) {
+std::optional<std::string> apply(Config& config, VariableId id, const DeviceKey& device, std::string_view value) {
   switch (id) {
 #define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, EXAMPLE, HELP) \
   case VariableId::NAME: {                                                 \
@@ -113,12 +123,12 @@ const VariableInfo& closest_variable(std::string_view name) {
 
 struct NameMatch {
   const VariableInfo* info = nullptr;  // nullptr: a name the table says to ignore
-  std::optional<int> device;           // NAME_<n>
+  DeviceKey device;                    // NAME_<n>, NAME_GPU_<uuid>
   std::optional<ConfigError> error;    // the name itself is wrong
 };
 
 NameMatch match_name(const std::string& name, const std::string& value) {
-  if (const VariableInfo* info = find_variable(name)) return {info, std::nullopt, std::nullopt};
+  if (const VariableInfo* info = find_variable(name)) return {info, {}, std::nullopt};
   if (is_ignored_variable(name)) return {};
 
   // NAME_<suffix>: the longest table name that, with '_', starts this one.
@@ -132,36 +142,76 @@ NameMatch match_name(const std::string& name, const std::string& value) {
   if (stem != nullptr) {
     const std::string_view suffix = std::string_view(name).substr(stem->name.size() + 1);
     if (stem->scope == DeviceScope::process_wide) {
-      return {nullptr, std::nullopt,
+      return {nullptr, {},
               ConfigError{name, value, std::string(stem->name) + " has no per-device form",
                           setting(stem->name, stem->example)}};
     }
+    if (suffix.starts_with(kGpuSuffixPrefix)) {
+      auto uuid = gpu_uuid_of_suffix(suffix);
+      if (!uuid) {
+        return {nullptr, {},
+                ConfigError{name, value,
+                            "the suffix '" + printable(suffix, 48) +
+                                "' is not a GPU UUID (GPU_ and 32 hex digits in groups of 8_4_4_4_12)",
+                            setting(std::string(stem->name) + "_GPU_516d696d_6770_4075_8000_000000000000",
+                                    stem->example)}};
+      }
+      return {stem, DeviceKey{std::nullopt, std::move(*uuid)}, std::nullopt};
+    }
     const auto device = parse_ordinal(suffix);
     if (!device) {
-      return {nullptr, std::nullopt,
+      return {nullptr, {},
               ConfigError{name, value,
                           "the suffix '" + printable(suffix, 16) + "' is not a device ordinal (0 to " +
                               std::to_string(kMaxDeviceOrdinal) + ", no leading zeros)",
                           setting(device_variable(*stem, 0), stem->example)}};
     }
-    return {stem, device, std::nullopt};
+    return {stem, DeviceKey{device, {}}, std::nullopt};
   }
 
   const VariableInfo& closest = closest_variable(name);
-  return {nullptr, std::nullopt,
+  return {nullptr, {},
           ConfigError{name, value, "unknown variable (did you mean " + std::string(closest.name) + "?)",
                       setting(closest.name, closest.example)}};
 }
 
 ConfigResult failure(ConfigError error) { return ConfigResult{std::nullopt, std::move(error)}; }
 
-ConfigError value_error(const VariableInfo& info, std::optional<int> device, const std::string& value,
+ConfigError value_error(const VariableInfo& info, const DeviceKey& device, const std::string& value,
                         std::string reason) {
-  const std::string name = device ? device_variable(info, *device) : std::string(info.name);
+  std::string name = device.ordinal ? device_variable(info, *device.ordinal) : std::string(info.name);
+  if (!device.uuid.empty()) name = std::string(info.name) + "_" + gpu_uuid_suffix(device.uuid);
   return ConfigError{name, value, std::move(reason), setting(name, info.example)};
 }
 
 }  // namespace
+
+std::optional<std::string> gpu_uuid_of_suffix(std::string_view suffix) {
+  // GPU_ then 8_4_4_4_12 hex digits: the positions of the underscores are fixed.
+  constexpr std::string_view kShape = "GPU_xxxxxxxx_xxxx_xxxx_xxxx_xxxxxxxxxxxx";
+  if (suffix.size() != kShape.size() || !suffix.starts_with(kGpuSuffixPrefix)) return std::nullopt;
+  std::string uuid = "GPU-";
+  for (std::size_t i = kGpuSuffixPrefix.size(); i < suffix.size(); ++i) {
+    const char c = suffix[i];
+    if (kShape[i] == '_') {
+      if (c != '_') return std::nullopt;
+      uuid += '-';
+    } else if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) {
+      uuid += c;
+    } else if (c >= 'A' && c <= 'F') {
+      uuid += static_cast<char>(c - 'A' + 'a');
+    } else {
+      return std::nullopt;
+    }
+  }
+  return uuid;
+}
+
+std::string gpu_uuid_suffix(std::string_view uuid) {
+  std::string suffix(uuid);
+  std::replace(suffix.begin(), suffix.end(), '-', '_');
+  return suffix;
+}
 
 std::string ConfigError::message() const {
   return printable(variable) + "='" + printable(value) + "' is not valid: " + reason + "; example: " + example;
@@ -185,7 +235,7 @@ ConfigResult parse_config(const Environment& env) {
   const VariableInfo& disable = variable_info(VariableId::SLICE_DISABLE);
   if (const auto it = env.find(disable.name); it != env.end()) {
     const auto flag = parse_flag(it->second);
-    if (!flag) return failure(value_error(disable, std::nullopt, it->second, flag.reason));
+    if (!flag) return failure(value_error(disable, {}, it->second, flag.reason));
     if (*flag.value) {
       config.disable = true;
       return ConfigResult{config, {}};
@@ -197,6 +247,8 @@ ConfigResult parse_config(const Environment& env) {
     NameMatch match = match_name(name, value);
     if (match.error) return failure(std::move(*match.error));
     if (match.info == nullptr) continue;
+    // An empty flag is unset: its default holds (SLICE_CRASH_HANDLER= keeps the handler on).
+    if (match.info->kind == VariableKind::flag && value.empty()) continue;
     const auto id = static_cast<VariableId>(match.info - kSliceVariables);
     if (auto reason = apply(config, id, match.device, value)) {
       return failure(value_error(*match.info, match.device, value, std::move(*reason)));

@@ -20,23 +20,47 @@ namespace slice {
 // has more devices, so a larger suffix is a typo.
 inline constexpr int kMaxDeviceOrdinal = 255;
 
-// A setting with a value for every device and overrides for single ordinals (NAME and NAME_<n>).
+// A setting with a value for every device and overrides for single devices: NAME, NAME_<n> by
+// ordinal, and NAME_GPU_<uuid> by the GPU's UUID with its dashes written as underscores (variable
+// names cannot hold '-'). The UUID form wins over the ordinal: an ordinal depends on the process's
+// CUDA_VISIBLE_DEVICES, a UUID names one card everywhere (the Kubernetes device plugin sets it).
 template <typename Value, typename Fallback = Value>
 struct PerDevice {
   Fallback every_device{};
   std::map<int, Value> by_device;  // ordinal as this process numbers devices -> value
+  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" (lowercase, as NVML and libslice print it) -> value
+  std::map<std::string, Value, std::less<>> by_uuid;
 
   Fallback for_device(int ordinal) const {
     const auto it = by_device.find(ordinal);
     return it != by_device.end() ? Fallback(it->second) : every_device;
   }
+  Fallback for_device(int ordinal, std::string_view uuid) const {
+    const auto it = by_uuid.find(uuid);
+    return it != by_uuid.end() ? Fallback(it->second) : for_device(ordinal);
+  }
+  // For a process that knows the GPU only by UUID (an NVML monitor): NAME_<n> cannot apply.
+  Fallback for_gpu(std::string_view uuid) const {
+    const auto it = by_uuid.find(uuid);
+    return it != by_uuid.end() ? Fallback(it->second) : every_device;
+  }
+  bool set_for_device(int ordinal, std::string_view uuid) const {
+    return by_uuid.find(uuid) != by_uuid.end() || by_device.contains(ordinal);
+  }
   bool operator==(const PerDevice&) const = default;
 };
+
+// The canonical UUID text a NAME_GPU_<uuid> suffix names ("GPU_516d696d_6770_4075_8000_000000000000"
+// -> "GPU-516d696d-6770-4075-8000-000000000000", hex digits lowercased); nullopt when it is none.
+std::optional<std::string> gpu_uuid_of_suffix(std::string_view suffix);
+
+// The suffix that names a GPU by UUID, the inverse of gpu_uuid_of_suffix ("GPU-516d…" -> "GPU_516d…").
+std::string gpu_uuid_suffix(std::string_view uuid);
 
 // Field names are the FIELD column of variables.inc.
 struct Config {
   PerDevice<MemoryLimit, std::optional<MemoryLimit>> memory_limit;  // nullopt: no cap
-  PerDevice<unsigned> compute_share{.every_device = 100, .by_device = {}};  // percent, 1-100
+  PerDevice<unsigned> compute_share{.every_device = 100, .by_device = {}, .by_uuid = {}};  // percent, 1-100
   unsigned compute_limit = 100;                                     // percent, 1-100
   Priority priority = Priority::normal;
   std::string tenant;  // empty: libslice assigns a unique name
@@ -44,6 +68,7 @@ struct Config {
   LogLevel log_level = LogLevel::warn;
   std::string log_file;  // empty: standard error
   bool disable = false;
+  bool crash_handler = true;  // SLICE_CRASH_HANDLER
 
   bool operator==(const Config&) const = default;
 };

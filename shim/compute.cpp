@@ -7,6 +7,7 @@
 #include <string>
 
 #include "compute_board.h"
+#include "crash_handler.h"
 #include "coordinator_layout.h"
 #include "log.h"
 #include "session.h"
@@ -80,6 +81,7 @@ void Compute::stop() {
 }
 
 void Compute::run() {
+  load_crash_unwinder();  // off the start-up path: see crash_handler.h
   while (!stop_.load(std::memory_order_relaxed)) {
     const std::uint64_t now = monotonic_ns();
     bool busy = false, draining = false, waiting = false;

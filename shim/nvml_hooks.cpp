@@ -38,7 +38,7 @@ struct OutsideView {
 
 OutsideView outside_view(const Config& config, const std::string& uuid, std::uint64_t device_total) {
   OutsideView v;
-  v.cap = cap_on(config.memory_limit.every_device, device_total);
+  v.cap = cap_on(config.memory_limit.for_gpu(uuid), device_total);
   if (config.tenant.empty()) return v;
   std::string error;
   for (const TenantView& t : read_coordinator(config.coordinator_dir, error)) {

@@ -15,6 +15,7 @@
 #include "caller_backtrace.h"
 #include "coordinator_layout.h"
 #include "compute.h"
+#include "crash_handler.h"
 #include "limits_text.h"
 #include "log.h"
 #include "policy.h"
@@ -201,6 +202,7 @@ CUresult start_session() noexcept {
     g_state.store(SessionState::passthrough);
     return CUDA_SUCCESS;
   }
+  if (config->crash_handler) install_crash_handlers();  // before anything of ours can fault
   try {
     auto s = std::make_unique<Session>();
     s->config = *config;
@@ -221,9 +223,11 @@ CUresult start_session() noexcept {
     request.compute_limit = s->config.compute_limit;
     request.priority = s->config.priority;
     for (const SessionDevice& d : s->devices) {
-      DeviceInfo info{d.uuid, d.name, d.total_bytes, s->config.memory_limit.for_device(d.ordinal), std::nullopt};
-      if (s->config.compute_share.by_device.contains(d.ordinal))
-        info.compute_share = s->config.compute_share.for_device(d.ordinal);
+      // By UUID first (SLICE_MEMORY_LIMIT_GPU_<uuid>), then by this process's ordinal.
+      DeviceInfo info{d.uuid, d.name, d.total_bytes, s->config.memory_limit.for_device(d.ordinal, d.uuid_text),
+                      std::nullopt};
+      if (s->config.compute_share.set_for_device(d.ordinal, d.uuid_text))
+        info.compute_share = s->config.compute_share.for_device(d.ordinal, d.uuid_text);
       request.devices.push_back(std::move(info));
     }
     std::vector<std::string> warnings;

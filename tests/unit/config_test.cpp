@@ -240,6 +240,19 @@ TEST(Config, DisableIsTheEscapeHatch) {
   }
 }
 
+TEST(Config, CrashHandlerIsOnUnlessTurnedOff) {
+  EXPECT_TRUE(parsed({}).crash_handler);
+  for (const char* yes : {"1", "true", "YES", ""})  // empty: unset, the default holds
+    EXPECT_TRUE(parsed({{"SLICE_CRASH_HANDLER", yes}}).crash_handler) << yes;
+  for (const char* no : {"0", "false", "No"}) EXPECT_FALSE(parsed({{"SLICE_CRASH_HANDLER", no}}).crash_handler) << no;
+  EXPECT_EQ(error({{"SLICE_CRASH_HANDLER", "off"}}),
+            "SLICE_CRASH_HANDLER='off' is not valid: must be 1, 0, true, false, yes or no; example: "
+            "SLICE_CRASH_HANDLER=0");
+  EXPECT_EQ(error({{"SLICE_CRASH_HANDLER_0", "1"}}),
+            "SLICE_CRASH_HANDLER_0='1' is not valid: SLICE_CRASH_HANDLER has no per-device form; example: "
+            "SLICE_CRASH_HANDLER=0");
+}
+
 TEST(Environment, FromAnEnvironmentBlock) {
   const char* const envp[] = {"PATH=/bin",           "SLICE_MEMORY_LIMIT=4Gi", "SLICE_MEMORY_LIMIT=8Gi",
                               "SLICE_NO_EQUALS",     "SLICE_TENANT=a=b",       "SLICE_LOG_FILE=",

@@ -55,7 +55,8 @@ TEST(VariablesTable, IsWellFormed) {
   // The contract (ARCHITECTURE part A) names these, with per-device forms for exactly two.
   const std::set<std::string_view> contract{"SLICE_MEMORY_LIMIT", "SLICE_COMPUTE_SHARE", "SLICE_COMPUTE_LIMIT",
                                             "SLICE_PRIORITY",     "SLICE_TENANT",        "SLICE_COORDINATOR_DIR",
-                                            "SLICE_LOG_LEVEL",    "SLICE_LOG_FILE",      "SLICE_DISABLE"};
+                                            "SLICE_LOG_LEVEL",    "SLICE_LOG_FILE",      "SLICE_DISABLE",
+                                            "SLICE_CRASH_HANDLER"};  // issue 6: libslice's crash report
   EXPECT_EQ(names, contract);
   for (const auto& v : slice::kSliceVariables) {
     const bool per_device = v.name == "SLICE_MEMORY_LIMIT" || v.name == "SLICE_COMPUTE_SHARE";
@@ -72,7 +73,10 @@ TEST(VariablesMarkdown, OneRowPerVariableAndPerDeviceForm) {
   std::vector<std::string> expected_names;
   for (const auto& v : slice::kSliceVariables) {
     expected_names.push_back("`" + std::string(v.name) + "`");
-    if (v.scope == slice::DeviceScope::per_device) expected_names.push_back("`" + std::string(v.name) + "_<n>`");
+    if (v.scope == slice::DeviceScope::per_device) {
+      expected_names.push_back("`" + std::string(v.name) + "_<n>`");
+      expected_names.push_back("`" + std::string(v.name) + "_GPU_<uuid>`");  // keyed by UUID (issue 7)
+    }
   }
   ASSERT_EQ(lines.size(), 2 + expected_names.size());
   for (std::size_t i = 0; i < expected_names.size(); ++i) {
