@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "usage_meter.h"
 
 namespace slice {
 
@@ -114,6 +115,17 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
   if (!c->tenant_->lock_init(2'000'000'000ull)) {
     error = "tenant '" + r.tenant + "': its registration lock was held for over 2 s";
     return nullptr;
+  }
+  // `slicectl rm` removes a file only under this lock and with no process in it: a file removed
+  // between our open and our lock is left alone (joining it would split the tenant in two).
+  for (int again = 0; again < 3 && !c->tenant_->linked(); ++again) {
+    c->tenant_->unlock_init();
+    c->tenant_ = TenantFileHandle::open(r.dir, r.tenant, TenantFileHandle::Mode::create, error);
+    if (!c->tenant_) return nullptr;
+    if (!c->tenant_->lock_init(2'000'000'000ull)) {
+      error = "tenant '" + r.tenant + "': its registration lock was held for over 2 s";
+      return nullptr;
+    }
   }
   bool ok = c->claim_slot(error);
   for (std::size_t i = 0; ok && i < r.devices.size(); ++i) {
@@ -355,6 +367,7 @@ void Coordinator::publish_compute(int device, std::uint32_t flags, bool check_li
   if (check_liveness) compute_scan_limit_.store(highest + 1, std::memory_order_relaxed);
   f.devices[e].active_processes.store(active, std::memory_order_relaxed);
   f.devices[e].wanting_processes.store(wanting, std::memory_order_relaxed);
+  meter_tick(*tenant_, slot_, e, monotonic_ns());  // metering: memory held without changes, hourly samples
 }
 
 std::vector<std::int32_t> Coordinator::live_pids() const {

@@ -21,7 +21,7 @@
 namespace slice {
 
 constexpr std::uint32_t kTenantMagic = 0x544c4353;  // "SCLT"
-constexpr std::uint32_t kTenantVersion = 2;  // 2: IPC exports, compute
+constexpr std::uint32_t kTenantVersion = 3;  // 2: IPC exports, compute; 3: usage records
 constexpr int kMaxDevices = 16;           // distinct GPUs (by UUID) a tenant can use
 constexpr int kMaxProcesses = 1024;       // process slots per tenant
 constexpr int kMaxTenants = 256;          // tenants listed per device by the tools (more may exist)
@@ -91,6 +91,41 @@ inline std::uint32_t joined_stamp_ms(std::uint64_t monotonic_ns) {
   return ms == 0 ? 1 : ms;
 }
 
+// Metering, for chargeback: the memory a tenant held on one device, integrated over time, as
+// byte-nanoseconds = units * 2^kMemoryUnitShift + (fraction mod 2^kMemoryUnitShift). A unit is
+// 2^40 byte-ns (about 1100 byte-seconds), so `units` lasts some 3000 years at 200 GiB held (plain
+// byte-seconds in 64 bits would wrap in under three). `fraction` runs freely and wraps: each adder
+// carries into `units` the boundary its own addition crossed, so nothing is lost or counted twice.
+// Each process integrates its own memory (SlotDevice::accrued_ns): a process that dies stops being
+// charged, where a tenant-wide integral would charge its memory until someone reaps it.
+constexpr int kMemoryUnitShift = 40;
+struct MemoryMeter {
+  std::atomic<std::uint64_t> units;
+  std::atomic<std::uint64_t> fraction;
+  // Monotonic time at which the next usage sample is due (0: at once): a load per change, no clock.
+  std::atomic<std::uint64_t> next_sample_ns;
+  std::uint64_t reserved;
+};
+
+// The history of the cumulative counters, for `slicectl usage --since`: about one sample per
+// wall-clock hour (CLOCK_REALTIME: a --since TIME is a date), written by whichever process of the
+// tenant first accrues or ticks in a new hour, kept for kUsageSamples hours. An hour without any
+// activity has no sample; readers interpolate between the samples there are.
+constexpr int kUsageSamples = 24 * 35;  // 35 days: a monthly billing period and some margin
+constexpr std::uint64_t kUsageStepSeconds = 3600;
+struct UsageSample {
+  std::atomic<std::uint64_t> device_ns;     // received_ns then
+  std::atomic<std::uint64_t> memory_units;  // MemoryMeter::units then
+  // Written last (0 while the other two are written): wall-clock milliseconds when it was taken.
+  std::atomic<std::uint64_t> wall_ms;
+};
+struct UsageRecord {
+  MemoryMeter memory;
+  std::atomic<std::uint64_t> newest_step;  // wall seconds / kUsageStepSeconds of the newest sample; 0: none
+  std::atomic<std::uint64_t> first_wall_ms;  // when the first sample was taken: the record's start
+  UsageSample samples[kUsageSamples];     // the sample of step s at [s % kUsageSamples]
+};
+
 // Samples of a tenant's received_ns on one device, one per kHistoryStepNs, for `slicectl status`
 // (the share received over the last second and ten seconds, measured as the scheduler measures it).
 constexpr int kHistorySamples = 48;                         // 12 s at 250 ms
@@ -109,6 +144,9 @@ struct SlotDevice {
   std::atomic<std::uint64_t> flight;  // changes under way (by any thread): `used` and the tenant's total
   std::atomic<std::uint32_t> compute; // kSlotActive | kSlotWanting: what this process's watcher saw last
   std::uint32_t reserved;
+  // Monotonic time up to which `used` is integrated into the tenant's MemoryMeter (0: not yet).
+  // Claimed by compare-and-swap, by the process before each change of `used` and by a sampler.
+  std::atomic<std::uint64_t> accrued_ns;
 };
 constexpr std::uint32_t kSlotActive = 1;   // has work on the device
 constexpr std::uint32_t kSlotWanting = 2;  // has work held back by libslice
@@ -149,6 +187,7 @@ struct TenantFile {
   ProcessSlot slots[kMaxProcesses];
   std::atomic<std::uint64_t> ipc_exports[kIpcExports];
   ReceivedHistory history[kMaxDevices];  // per device entry
+  UsageRecord usage[kMaxDevices];        // per device entry: metering (kept after the processes exit)
 };
 
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared counters must be lock-free");

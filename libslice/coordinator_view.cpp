@@ -1,8 +1,10 @@
 #include "coordinator_view.h"
 
 #include <dirent.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 
@@ -11,6 +13,7 @@
 #include "limits_text.h"
 #include "policy.h"
 #include "tenant_file.h"
+#include "usage_meter.h"
 
 namespace slice {
 
@@ -23,10 +26,11 @@ std::string bounded(const char* s, std::size_t cap) { return std::string(s, strn
 std::uint32_t percent(std::uint32_t v) { return std::clamp<std::uint32_t>(v, 1, 100); }
 
 // `now_ns`: when the snapshot `h` was taken (the monotonic clock, as the scheduler's).
-TenantView view_of(const std::string& dir, const TenantFileHandle& h, std::uint64_t now_ns) {
+TenantView view_of(const std::string& dir, const TenantFileHandle& h, std::uint64_t now_ns, std::uint64_t wall_ms) {
   const TenantFile& f = h.file();
   TenantView v;
   v.name = h.name();
+  v.read_wall_ms = wall_ms;
   Policy policy;
   std::string message;
   const PolicyStatus status = read_policy(dir, v.name, policy, message);
@@ -43,6 +47,7 @@ TenantView view_of(const std::string& dir, const TenantFileHandle& h, std::uint6
   v.compute_share = percent(p.compute_share.value_or(registered ? reg.compute_share : 100));
   v.compute_limit = percent(p.compute_limit.value_or(registered ? reg.compute_limit : 100));
   std::vector<int> entries;
+  std::vector<ByteNs> metered;  // per GPU of the view: memory byte-ns, the live processes' added below
   for (int d = 0; d < kMaxDevices; ++d) {
     const DeviceEntry& e = f.devices[d];
     if (e.state.load() != 2) continue;
@@ -61,7 +66,10 @@ TenantView view_of(const std::string& dir, const TenantFileHandle& h, std::uint6
     g.received_ns = e.received_ns.load();
     g.compute_used_1s = compute_used(f.history[d], g.received_ns, now_ns, kSecondNs);
     g.compute_used_10s = compute_used(f.history[d], g.received_ns, now_ns, 10 * kSecondNs);
+    g.device_ns_total = g.received_ns;
+    g.usage_started_ms = f.usage[d].first_wall_ms.load();
     v.gpus.push_back(g);
+    metered.push_back(metered_memory(f.usage[d].memory));
   }
   // Usage from the live processes alone: a dead process's memory is already back for any reader.
   for (int i = 0; i < kMaxProcesses; ++i) {
@@ -78,8 +86,14 @@ TenantView view_of(const std::string& dir, const TenantFileHandle& h, std::uint6
       const std::uint64_t used = s.devices[entries[g]].used.load();
       p.memory_used.push_back(used);
       v.gpus[g].used_bytes += used;
+      metered[g] += pending_memory(s.devices[entries[g]], now_ns);  // held since its last change
     }
     v.processes.push_back(p);
+  }
+  for (std::size_t g = 0; g < entries.size(); ++g) {
+    TenantGpuView& gpu = v.gpus[g];
+    gpu.memory_byte_seconds_total = byte_seconds(metered[g]);
+    gpu.usage_samples = usage_samples(f.usage[entries[g]], gpu.usage_now(wall_ms));
   }
   return v;
 }
@@ -117,7 +131,7 @@ std::vector<TenantView> read_coordinator(const std::string& dir, std::string& er
       out.push_back(v);
       continue;
     }
-    out.push_back(view_of(dir, *h, monotonic_ns()));  // right after the snapshot
+    out.push_back(view_of(dir, *h, monotonic_ns(), wall_clock_ms()));  // right after the snapshot
   }
   return out;
 }
@@ -150,6 +164,50 @@ int reap_tenant(const std::string& dir, const std::string& tenant, std::string& 
   }
   error = "tenant '" + tenant + "' has no slot to work from";
   return -1;
+}
+
+}  // namespace slice
+
+namespace slice {
+
+bool remove_tenant(const std::string& dir, const std::string& tenant, bool force, std::string& error) {
+  auto h = TenantFileHandle::open(dir, tenant, TenantFileHandle::Mode::read_write, error);
+  if (!h) return false;
+  // Under the registration lock: a process that joins takes its slot under it, and one that opened
+  // the file before we remove it finds it removed once it has the lock, and makes a new one.
+  if (!h->lock_init(2'000'000'000ull)) {
+    error = "tenant '" + tenant + "': its registration lock was held for over 2 s (a process is joining): try again";
+    return false;
+  }
+  int live = 0, dead = 0;
+  std::string pids;
+  for (int i = 0; i < kMaxProcesses; ++i) {
+    const ProcessSlot& s = h->file().slots[i];
+    if (s.state.load() != SlotState::live) continue;
+    if (!h->slot_held_by_other(i)) {
+      ++dead;
+      continue;
+    }
+    if (++live <= 8) pids += (pids.empty() ? "" : " ") + std::to_string(s.pid.load());
+  }
+  const bool held = live > 0 || h->any_live_slot();  // a slot held but not yet marked: a process joining
+  std::string why;
+  if (held)
+    why = "tenant '" + tenant + "' has " + std::to_string(live) + " live process" + (live == 1 ? "" : "es") +
+          (pids.empty() ? "" : " (PID " + pids + (live > 8 ? " ..." : "") + ")") +
+          ": its record is never removed under a running process, --force or not; stop them first";
+  else if (dead > 0 && !force)
+    why = "tenant '" + tenant + "' has " + std::to_string(dead) + " dead process" + (dead == 1 ? "" : "es") +
+          " not yet reaped: add --force to remove it anyway (none of its processes is alive)";
+  else if (!h->linked())
+    why = "tenant '" + tenant + "' was removed meanwhile";
+  else if (unlink((dir + "/tenants/" + tenant).c_str()) != 0)
+    why = "cannot remove " + dir + "/tenants/" + tenant + ": " + std::strerror(errno) +
+          (errno == EPERM || errno == EACCES ? " (only root or the file's owner may remove it)" : "");
+  h->unlock_init();
+  if (why.empty()) return true;
+  error = why;
+  return false;
 }
 
 }  // namespace slice

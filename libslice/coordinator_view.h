@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "coordinator_layout.h"
+#include "usage_history.h"
 
 namespace slice {
 
@@ -35,6 +36,17 @@ struct TenantGpuView {
   std::uint64_t received_ns = 0;
   std::optional<double> compute_used_1s;
   std::optional<double> compute_used_10s;
+  // Metering, for chargeback: cumulative here since the tenant's record began, kept after its
+  // processes exit (until `slicectl rm`). device_ns_total: device time received (received_ns);
+  // memory_byte_seconds_total: memory held, integrated over time, up to the moment it was read
+  // (a process's memory counts while it lives). usage_started_ms: when the record began (wall
+  // clock, ms; 0: nothing recorded yet); usage_samples: its hourly samples (usage_history.h).
+  std::uint64_t device_ns_total = 0;
+  double memory_byte_seconds_total = 0;
+  std::uint64_t usage_started_ms = 0;
+  std::vector<UsagePoint> usage_samples;
+  // The totals above as a point of the history (at TenantView::read_wall_ms).
+  UsagePoint usage_now(std::uint64_t read_wall_ms) const { return {read_wall_ms, device_ns_total, memory_byte_seconds_total}; }
 };
 
 struct TenantView {
@@ -52,6 +64,7 @@ struct TenantView {
   std::vector<TenantGpuView> gpus;
   std::vector<ProcessView> processes;  // live ones only
   int dead_processes = 0;             // slots whose process died and that no one has reaped yet
+  std::uint64_t read_wall_ms = 0;     // when the file was read (wall clock, ms since the epoch)
 };
 
 // The share of a window's device time received over it, as the compute scheduler measures it:
@@ -67,5 +80,10 @@ std::vector<TenantView> read_coordinator(const std::string& dir, std::string& er
 // Reaps the dead processes of one tenant (needs write access: root, or the tenant's own user).
 // Returns the number reaped, or -1 with `error`.
 int reap_tenant(const std::string& dir, const std::string& tenant, std::string& error);
+
+// Removes a tenant's file, and with it its usage record (`slicectl rm`). Never while a live process
+// holds a slot in it; with dead processes not yet reaped only when `force`. Needs write access to the
+// file and the right to remove it (root, or the file's owner). Returns false with `error`.
+bool remove_tenant(const std::string& dir, const std::string& tenant, bool force, std::string& error);
 
 }  // namespace slice

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include "usage_meter.h"
+
 namespace slice {
 
 namespace {
@@ -63,6 +65,7 @@ bool MemoryLedger::reserve(int device, std::uint64_t bytes, std::uint64_t cap, R
         return false;
       }
     }
+    meter_before_change(tenant_, slot_, device, monotonic_ns());  // the memory held until now, charged
     std::uint64_t used = d.used.load();
     bool fits;
     do {
@@ -89,6 +92,7 @@ void MemoryLedger::release(int device, std::uint64_t bytes) {
   SlotDevice& mine = tenant_.file().slots[slot_].devices[device];
   // Giving back never passes a cap: past the deadline it goes ahead.
   begin_change_by_deadline(device);
+  meter_before_change(tenant_, slot_, device, monotonic_ns());
   // Never give back more than this process holds, even with threads racing on a double free: a
   // double free must not free others' usage.
   std::uint64_t held = mine.used.load(), give;
@@ -103,6 +107,7 @@ void MemoryLedger::release(int device, std::uint64_t bytes) {
 
 void MemoryLedger::add_unchecked(int device, std::uint64_t bytes) {
   begin_change_by_deadline(device);
+  meter_before_change(tenant_, slot_, device, monotonic_ns());
   tenant_.file().devices[device].used.fetch_add(bytes);
   tenant_.file().slots[slot_].devices[device].used.fetch_add(bytes);
   end_change(device);
@@ -119,7 +124,8 @@ void MemoryLedger::clear_slot() {
   // Announced like any change, so a recount neither counts the stale values nor misses their
   // clearing.
   begin_change_by_deadline(0);
-  for (SlotDevice& sd : tenant_.file().slots[slot_].devices) sd.used.store(0);
+  // What a dead owner held is not ours to be charged for: integration starts again from nothing.
+  for (SlotDevice& sd : tenant_.file().slots[slot_].devices) sd.accrued_ns.store(0), sd.used.store(0);
   end_change(0);
 }
 

@@ -1,6 +1,9 @@
 // The memory ledger of one tenant: device memory is taken against the tenant's cap with a
 // compare-and-swap on the tenant's total, and every process also keeps its own share in its slot.
 //
+// Each change is metered first (usage_meter.h): the memory this process held until then is
+// charged to the tenant's usage record.
+//
 // No lock on reserve or release. A process killed anywhere (mid-reservation too) is repaired by a
 // recount: with new changes held back for a moment and the changes already under way finished, each
 // device's total is rebuilt from the live processes' slots. A recount derives the totals instead of

@@ -108,6 +108,17 @@ bool prepare_coordinator_dir(const std::string& dir, std::string& error) {
 
 std::unique_ptr<TenantFileHandle> TenantFileHandle::open(const std::string& dir, const std::string& name, Mode mode,
                                                          std::string& error) {
+  // A file removed under us (slicectl rm holds the lock while it checks and unlinks) is not an
+  // error: the next attempt creates the tenant anew. A few attempts: rm does not loop.
+  for (int attempt = 0;; ++attempt) {
+    bool removed = false;
+    std::unique_ptr<TenantFileHandle> h = open_once(dir, name, mode, error, removed);
+    if (h || !removed || attempt == 3) return h;
+  }
+}
+
+std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string& dir, const std::string& name,
+                                                              Mode mode, std::string& error, bool& removed) {
   if (!valid_tenant_name(name)) {
     error = "'" + name + "' is not a tenant name (1-63 of A-Z a-z 0-9 . _ -, not starting with . or -)";
     return nullptr;
@@ -154,6 +165,12 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open(const std::string& dir,
   }
   // A tenant file never has another name: a hard link planted here (to /etc/shadow, say) must not
   // be rebuilt, mapped for writing, or given away by root.
+  if (write && st.st_nlink == 0) {
+    removed = true;
+    error = path + " was removed while it was being opened";
+    if (locked) h->unlock_init();
+    return nullptr;
+  }
   if (write && st.st_nlink != 1) {
     error = path + " has other hard links: it is not a tenant file";
     if (locked) h->unlock_init();
@@ -247,6 +264,11 @@ bool TenantFileHandle::owner(unsigned& uid, unsigned& gid) const {
   uid = st.st_uid;
   gid = st.st_gid;
   return true;
+}
+
+bool TenantFileHandle::linked() const {
+  struct stat st {};
+  return fstat(fd_, &st) == 0 && st.st_nlink > 0;
 }
 
 bool TenantFileHandle::any_live_slot() const { return locked_by_other(fd_, kSlotLockBase, kMaxProcesses); }

@@ -45,6 +45,8 @@ class TenantFileHandle {
   void unlock_init() const;
   // True if any process slot of the file is held by a live process.
   bool any_live_slot() const;
+  // False once the file was removed (`slicectl rm`) since it was opened.
+  bool linked() const;
   // Gives the file to `uid`:`gid` with `mode` (an administrator adopting the tenant).
   bool set_owner(unsigned uid, unsigned gid, unsigned mode, std::string& error) const;
   // The file's owner and group as it is now.
@@ -53,6 +55,10 @@ class TenantFileHandle {
   void forget_after_fork();
 
  private:
+  // One attempt of open(); `removed` when the file was unlinked (slicectl rm) between the open and
+  // the lock, so that open() tries again with the name's new file.
+  static std::unique_ptr<TenantFileHandle> open_once(const std::string& dir, const std::string& name, Mode mode,
+                                                     std::string& error, bool& removed);
   TenantFileHandle() = default;
   TenantFile* file_ = nullptr;
   bool copied_ = false;  // file_ is a heap copy (Mode::snapshot), not a mapping

@@ -20,6 +20,27 @@ TEST(TenantNames, AcceptsPlainNamesOnly) {
 
 using Registration = CoordinatorTest;
 
+TEST_F(Registration, AFileRemovedWhileAJoinWaitsForItsLockIsCreatedAnew) {
+  // slicectl rm holds the tenant's lock while it checks and unlinks; a process that opened the old
+  // file and waits for that lock must start the tenant anew, not fail closed.
+  std::string error;
+  ASSERT_TRUE(prepare_coordinator_dir(dir_, error)) << error;
+  auto holder = TenantFileHandle::open(dir_, "t", TenantFileHandle::Mode::create, error);
+  ASSERT_NE(holder, nullptr) << error;
+  ASSERT_TRUE(holder->lock_init(1'000'000'000ull));
+  std::unique_ptr<TenantFileHandle> joined;
+  std::string join_error;
+  std::thread joiner([&] { joined = TenantFileHandle::open(dir_, "t", TenantFileHandle::Mode::create, join_error); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // it has the old file open and waits
+  ASSERT_EQ(::unlink((dir_ + "/tenants/t").c_str()), 0);
+  holder->unlock_init();
+  joiner.join();
+  ASSERT_NE(joined, nullptr) << join_error;
+  struct stat st {};
+  ASSERT_EQ(::stat((dir_ + "/tenants/t").c_str(), &st), 0) << "a new file under the name";
+  EXPECT_EQ(st.st_nlink, 1u);
+}
+
 TEST_F(Registration, BadTenantNameIsAClearError) {
   std::string error;
   EXPECT_EQ(join("../escape", MemoryLimit::of_bytes(GiB), {0}, nullptr, &error), nullptr);

@@ -5,6 +5,7 @@ for the C++ test to compare:
   device INDEX UUID "NAME" TOTAL USED
   tenant UUID NAME PRIORITY LIMIT|null USED SHARE LIMIT POLICY DEAD
   compute UUID NAME USED_1S|null USED_10S|null     (floats as Python's repr: 0.237, 1.0)
+  usage UUID NAME DEVICE_SECONDS MEMORY_BYTE_SECONDS (cumulative, floats as Python's repr)
   process UUID TENANT PID "NAME" MEMORY
   warning "TEXT"
 
@@ -70,12 +71,16 @@ def main():
                 fail(f"{tw}: compute_used_1s and compute_used_10s are measured together, got {compute_used}")
             if not (1 <= share <= 100 and 1 <= climit <= 100):
                 fail(f"{tw}: share {share} / limit {climit} out of 1-100")
+            metered = [need(t, key, (int, float), tw) for key in ("device_seconds_total", "memory_byte_seconds_total")]
+            if any(v < 0 for v in metered):
+                fail(f"{tw}: cumulative usage {metered} is negative")
             policy = need(t, "policy", (bool,), tw)
             dead = need(t, "dead_processes", (int,), tw)
             processes = need(t, "processes", (list,), tw)
             out.append(f"tenant {uuid} {tname} {priority} {'null' if limit is None else limit} {tused} "
                        f"{share} {climit} {str(policy).lower()} {dead}")
             out.append(f"compute {uuid} {tname} " + " ".join("null" if v is None else repr(float(v)) for v in compute_used))
+            out.append(f"usage {uuid} {tname} " + " ".join(repr(float(v)) for v in metered))
             process_sum = 0
             for m, p in enumerate(processes):
                 pw = f"{tw}.processes[{m}]"

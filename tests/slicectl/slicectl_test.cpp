@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -408,12 +409,16 @@ TEST_F(SlicectlTest, StatusJsonGathersDevicesAcrossTenants) {
   EXPECT_FALSE(contains(s, "warning")) << s;
 
   // The coordinator from SLICE_COORDINATOR_DIR, or --coordinator before the subcommand, or with '='.
-  const Result plain = slicectl({"status", "--json", "--coordinator", dir_});
-  EXPECT_EQ(slicectl({"status", "--json"}, {"SLICE_COORDINATOR_DIR=" + dir_}).out, plain.out);
-  EXPECT_EQ(slicectl({"--coordinator", dir_, "status", "--json"}).out, plain.out);
-  EXPECT_EQ(slicectl({"status", "--json", "--coordinator=" + dir_}).out, plain.out);
-  EXPECT_EQ(slicectl({"status", "--json", "--coordinator", dir_}, {"SLICE_COORDINATOR_DIR=/nonexistent"}).out,
-            plain.out);
+  // (The memory held over time grows from one reading to the next: left out of the comparison.)
+  const auto same = [](const Result& r) {
+    return std::regex_replace(r.out, std::regex("\"memory_byte_seconds_total\":[0-9.e+]*"), "");
+  };
+  const std::string plain = same(slicectl({"status", "--json", "--coordinator", dir_}));
+  EXPECT_EQ(same(slicectl({"status", "--json"}, {"SLICE_COORDINATOR_DIR=" + dir_})), plain);
+  EXPECT_EQ(same(slicectl({"--coordinator", dir_, "status", "--json"})), plain);
+  EXPECT_EQ(same(slicectl({"status", "--json", "--coordinator=" + dir_})), plain);
+  EXPECT_EQ(same(slicectl({"status", "--json", "--coordinator", dir_}, {"SLICE_COORDINATOR_DIR=/nonexistent"})),
+            plain);
 }
 
 TEST_F(SlicectlTest, StatusTableIsAlignedWithUnits) {
@@ -837,6 +842,153 @@ TEST_F(SlicectlTest, OddBytesInTenantTextStayValidJsonAndOneLine) {
   EXPECT_EQ(table.rc, 0) << table;
   for (const char c : table.out) EXPECT_TRUE(c == '\n' || (c >= 0x20 && c < 0x7f)) << int(c) << "\n" << table;
   EXPECT_TRUE(contains(table.out, "\\x1b[31m")) << table;
+}
+
+// Metering: `slicectl usage` (table, --csv, --since) from the usage record a tenant's processes
+// keep in its file, still there after they exit; `slicectl rm` never under a live process.
+std::vector<std::string> csv_cells(const std::string& line) {
+  std::vector<std::string> cells;
+  std::istringstream row(line);
+  for (std::string c; std::getline(row, c, ',');) cells.push_back(c);
+  return cells;
+}
+
+TEST_F(SlicectlTest, UsageReportsWhatTenantsUsedAfterTheyExit) {
+  const auto started = std::chrono::steady_clock::now();
+  auto team = holder({"--tenant", "team-a", "--device", kDeviceA, "--reserve", "0:" + std::to_string(2 * kGiB)});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(team->ask("release 0 " + std::to_string(2 * kGiB)), "ok");
+  const double held_at_most = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  team->stop();
+  auto idle = holder({"--tenant", "idle", "--device", kDeviceB});
+
+  const Result csv = slicectl({"usage", "--csv", "--coordinator", dir_});
+  ASSERT_EQ(csv.rc, 0) << csv;
+  const std::vector<std::string> lines = lines_of(csv.out);
+  ASSERT_EQ(lines.size(), 3u) << csv;
+  EXPECT_EQ(lines[0], "tenant,gpu_uuid,gpu_name,from,to,device_seconds,device_hours,memory_gib_hours,"
+                      "memory_byte_seconds,live_processes");
+  const std::vector<std::string> a = csv_cells(line_starting(csv.out, "team-a,"));
+  ASSERT_EQ(a.size(), 10u) << csv;
+  EXPECT_EQ(a[1], kGpuA);
+  EXPECT_EQ(a[2], "Fake GPU A");
+  EXPECT_EQ(a[3].size(), 20u) << "an ISO 8601 UTC time: " << a[3];
+  EXPECT_EQ(a[3].back(), 'Z');
+  const double byte_seconds = std::stod(a[8]);
+  EXPECT_GE(byte_seconds, 2.0 * kGiB * 0.3) << csv;  // held 300 ms at least
+  EXPECT_LE(byte_seconds, 2.0 * kGiB * held_at_most) << csv;
+  EXPECT_NEAR(std::stod(a[7]), byte_seconds / kGiB / 3600, 1e-5);
+  EXPECT_EQ(a[9], "0") << "its process has exited; its usage stays";
+  const std::vector<std::string> b = csv_cells(line_starting(csv.out, "idle,"));
+  ASSERT_EQ(b.size(), 10u) << csv;
+  EXPECT_EQ(b[8], "0");
+  EXPECT_EQ(b[9], "1");
+
+  const Result table = slicectl({"usage", "--coordinator", dir_});
+  ASSERT_EQ(table.rc, 0) << table;
+  for (const char* s : {"TENANT", "DEVICE-HOURS", "MEMORY-GiB-HOURS", "MEMORY-BYTE-SECONDS", "FROM", kGpuA, "idle"})
+    EXPECT_TRUE(contains(table.out, s)) << s << "\n" << table;
+  EXPECT_TRUE(contains(line_starting(table.out, "team-a"), a[8])) << table;
+
+  // status --json has the same cumulative figures.
+  const std::string s = json_status();
+  const std::string usage_line = line_starting(s, std::string("usage ") + kGpuA + " team-a ");
+  ASSERT_FALSE(usage_line.empty()) << s;
+  std::istringstream fields(usage_line.substr(usage_line.rfind(' ') + 1));
+  double json_byte_seconds = 0;
+  fields >> json_byte_seconds;
+  EXPECT_NEAR(json_byte_seconds, byte_seconds, 1.0);
+  EXPECT_TRUE(contains(s, std::string("usage ") + kGpuB + " idle 0.0 0.0\n")) << s;
+
+  // --since: a day back covers its whole record; the last second, within the record's first hour
+  // (one sample, at its start), a part of it: usage is taken as spread evenly between samples.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  const Result recent = slicectl({"usage", "--csv", "--since", "1s", "--coordinator", dir_});
+  ASSERT_EQ(recent.rc, 0) << recent;
+  const std::vector<std::string> part = csv_cells(line_starting(recent.out, "team-a,"));
+  ASSERT_EQ(part.size(), 10u) << recent;
+  EXPECT_LT(std::stod(part[8]), byte_seconds) << recent;
+  EXPECT_GE(part[3], a[3]) << "FROM is TIME, not before the record's start";
+  const Result day = slicectl({"usage", "--csv", "--since", "24h", "--coordinator", dir_});
+  ASSERT_EQ(day.rc, 0) << day;
+  EXPECT_EQ(csv_cells(line_starting(day.out, "team-a,"))[8], a[8]) << day;
+}
+
+TEST_F(SlicectlTest, UsageOfAKilledProcessStopsAtItsDeath) {
+  auto team = holder({"--tenant", "team-a", "--device", kDeviceA, "--reserve", "0:" + std::to_string(kGiB)});
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  team->kill9();
+  const auto memory = [&] {
+    return std::stod(csv_cells(line_starting(slicectl({"usage", "--csv", "--coordinator", dir_}).out, "team-a,"))[8]);
+  };
+  const double first = memory();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(memory(), first) << "a dead process's memory is not charged after its death";
+}
+
+TEST_F(SlicectlTest, UsageSinceErrorsExitTwo) {
+  auto team = holder({"--tenant", "team-a", "--device", kDeviceA});
+  for (const char* bad : {"yesterday", "2026-13-01", "2026-02-30", "12x", "0h", "3000-01-01"}) {
+    const Result r = slicectl({"usage", "--since", bad, "--coordinator", dir_});
+    EXPECT_EQ(r.rc, 2) << bad << "\n" << r;
+    EXPECT_TRUE(contains(r.err, std::string("--since '") + bad + "' is not valid: ")) << r;
+    EXPECT_TRUE(contains(r.err, "example: --since")) << r;
+    EXPECT_TRUE(r.out.empty()) << r;
+  }
+  EXPECT_TRUE(contains(slicectl({"usage", "--since", "3000-01-01", "--coordinator", dir_}).err, "in the future"));
+  EXPECT_EQ(slicectl({"usage", "--since", "--coordinator", dir_}).rc, 2) << "--coordinator is taken as the TIME";
+  const Result missing = slicectl({"usage", "--coordinator", dir_, "--since"});
+  EXPECT_EQ(missing.rc, 2) << missing;
+  EXPECT_EQ(slicectl({"usage", "--json", "--coordinator", dir_}).rc, 2);
+  for (const char* good : {"90m", "7d", "2020-01-01", "2020-01-01T00:00Z", "2020-01-01T00:00:00UTC"})
+    EXPECT_EQ(slicectl({"usage", "--since", good, "--coordinator", dir_}).rc, 0) << good;
+  const Result help = slicectl({"usage", "--help"});
+  for (const char* s : {"usage: slicectl usage", "--since TIME", "--csv", "one sample per hour", "UTC", "90m"})
+    EXPECT_TRUE(contains(help.out, s)) << s << "\n" << help;
+  const Result main_help = slicectl({"--help"});
+  for (const char* s : {"usage [--since TIME] [--csv]", "rm TENANT [--force]"})
+    EXPECT_TRUE(contains(main_help.out, s)) << s << "\n" << main_help;
+}
+
+TEST_F(SlicectlTest, RmRefusesLiveTenantsAndRemovesExitedOnes) {
+  auto live = holder({"--tenant", "live", "--device", kDeviceA, "--reserve", "0:" + std::to_string(kGiB)});
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"rm", "live"}, {"rm", "live", "--force"}}) {
+    std::vector<std::string> a = args;
+    a.insert(a.end(), {"--coordinator", dir_});
+    const Result r = slicectl(a);
+    EXPECT_EQ(r.rc, 1) << r;
+    EXPECT_TRUE(contains(r.err, "tenant 'live' has 1 live process (PID " + std::to_string(live->pid()) + ")")) << r;
+  }
+  EXPECT_EQ(live->ask("reserve 0 1"), "ok") << "the live process keeps its file";
+  EXPECT_TRUE(contains(json_status(), " live ")) << "still listed";
+
+  // Its process dead but not reaped: only with --force.
+  live->kill9();
+  Result r = slicectl({"rm", "live", "--coordinator", dir_});
+  EXPECT_EQ(r.rc, 1) << r;
+  EXPECT_TRUE(contains(r.err, "1 dead process not yet reaped: add --force")) << r;
+  r = slicectl({"rm", "live", "--force", "--coordinator", dir_});
+  EXPECT_EQ(r.rc, 0) << r;
+  EXPECT_TRUE(contains(r.out, "tenant 'live' removed")) << r;
+
+  auto done = holder({"--tenant", "done", "--device", kDeviceA});
+  done->stop();
+  r = slicectl({"rm", "done", "--coordinator", dir_});
+  EXPECT_EQ(r.rc, 0) << r;
+  EXPECT_FALSE(contains(json_status(), " done ")) << "status no longer lists it";
+  EXPECT_FALSE(contains(slicectl({"usage", "--csv", "--coordinator", dir_}).out, "done,"));
+  struct stat st {};
+  EXPECT_NE(stat((dir_ + "/tenants/done").c_str(), &st), 0);
+
+  r = slicectl({"rm", "done", "--coordinator", dir_});
+  EXPECT_EQ(r.rc, 1) << r;
+  EXPECT_TRUE(contains(r.err, "no tenant 'done'")) << r;
+  EXPECT_EQ(slicectl({"rm", "--coordinator", dir_}).rc, 2);
+  EXPECT_EQ(slicectl({"rm", "../x", "--coordinator", dir_}).rc, 2);
+  EXPECT_EQ(slicectl({"rm", "a", "b", "--coordinator", dir_}).rc, 2);
+  const Result help = slicectl({"rm", "--help"});
+  for (const char* s : {"usage: slicectl rm TENANT [--force]", "live", "usage record"})
+    EXPECT_TRUE(contains(help.out, s)) << s << "\n" << help;
 }
 
 }  // namespace

@@ -29,6 +29,11 @@ void write_tenant(JsonWriter& j, const TenantOnDevice& on) {
   j.decimal_or_null(u.compute_used_1s);
   j.key("compute_used_10s");
   j.decimal_or_null(u.compute_used_10s);
+  // Metering (cumulative on this GPU since the tenant's record began; see slicectl usage).
+  j.key("device_seconds_total");
+  j.decimal(static_cast<double>(u.device_ns_total) / 1e9);
+  j.key("memory_byte_seconds_total");
+  j.decimal(u.memory_byte_seconds_total);
   j.key("policy");
   j.boolean(t.policy);
   j.key("dead_processes");

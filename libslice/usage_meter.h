@@ -1,0 +1,45 @@
+// Metering for chargeback, the writing side: each process of a tenant integrates the memory it
+// holds on a device over time into the tenant's MemoryMeter (before each change of that memory,
+// and now and then from its compute watcher), and once per wall-clock hour one of them records a
+// sample of the cumulative counters for `slicectl usage --since`. Lock-free; the layout and units
+// are in coordinator_layout.h. The reading side is usage_history.h.
+#pragma once
+
+#include <cstdint>
+
+#include "coordinator_layout.h"
+
+namespace slice {
+
+class TenantFileHandle;
+
+using ByteNs = unsigned __int128;  // byte-nanoseconds: 64 bits hold under 7 minutes of 128 GiB
+
+// Adds byte-ns to a meter.
+void add_memory(MemoryMeter& meter, ByteNs amount);
+// What the meter holds.
+ByteNs metered_memory(const MemoryMeter& meter);
+// Integrates one process's memory up to `now_ns` (monotonic): claims the interval since its
+// accrued_ns by compare-and-swap and adds used x interval. A claim already past `now_ns` (another
+// thread, or a sampler) leaves it; a stamp far in the future (another boot) restarts from now.
+void accrue_slot(MemoryMeter& meter, SlotDevice& slot, std::uint64_t now_ns);
+// What a process holds and has not integrated yet: used x (now - accrued_ns). For readers.
+ByteNs pending_memory(const SlotDevice& slot, std::uint64_t now_ns);
+
+// Whether the sample of a new hour is due (one load).
+bool usage_sample_due(const UsageRecord& record, std::uint64_t now_ns);
+// Records the sample of the hour `wall_ms` (CLOCK_REALTIME, ms) falls in, unless one is already
+// there, with the cumulative counters as they are (the caller folds in what it can first). Also
+// sets when the next one is due. Returns true if this call wrote it.
+bool record_usage_sample(UsageRecord& record, std::uint64_t device_ns, std::uint64_t now_ns, std::uint64_t wall_ms);
+
+// For a process of the tenant, on device entry `entry` of its file, from its slot `slot`:
+// before each change of its memory there (the memory ledger) ...
+void meter_before_change(TenantFileHandle& tenant, int slot, int entry, std::uint64_t now_ns);
+// ... and from a periodic tick (the compute watcher's): integrates its memory once a second at most,
+// so that a process that dies loses at most that second, and takes the hour's sample when due.
+void meter_tick(TenantFileHandle& tenant, int slot, int entry, std::uint64_t now_ns);
+
+std::uint64_t wall_clock_ms();
+
+}  // namespace slice
