@@ -10,5 +10,9 @@ namespace slicectl {
 int run_status(std::vector<std::string> args);
 int run_set(std::vector<std::string> args);
 int run_gc(std::vector<std::string> args);
+int run_rm(std::vector<std::string> args);
+int run_usage(std::vector<std::string> args);
+int run_top(std::vector<std::string> args);
+int run_metrics(std::vector<std::string> args);
 
 }  // namespace slicectl

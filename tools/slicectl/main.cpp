@@ -23,6 +23,10 @@ constexpr Subcommand kSubcommands[] = {
     {"status", slicectl::run_status},
     {"set", slicectl::run_set},
     {"gc", slicectl::run_gc},
+    {"rm", slicectl::run_rm},
+    {"usage", slicectl::run_usage},
+    {"top", slicectl::run_top},
+    {"metrics", slicectl::run_metrics},
 };
 
 bool is_help(std::string_view a) { return a == "--help" || a == "-h"; }

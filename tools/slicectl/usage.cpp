@@ -16,6 +16,13 @@ const char* const kMainUsage =
     "  set TENANT ...     set a tenant's limits as an administrator (root): they win over the\n"
     "                     tenant's own SLICE_* variables\n"
     "  gc [TENANT]        return the memory of dead processes not yet reaped, of one tenant or all\n"
+    "  usage [--since TIME] [--csv]\n"
+    "                     per tenant and GPU the device time received and the memory held over\n"
+    "                     time (device-hours, GiB-hours), for chargeback\n"
+    "  rm TENANT [--force]  remove a tenant whose processes have all exited, and its usage record\n"
+    "  top                the same as status, redrawn every second in the terminal (q quits)\n"
+    "  metrics [--listen ADDR:PORT]\n"
+    "                     the same figures in Prometheus text format, or served at /metrics\n"
     "\n"
     "options of every subcommand (--coordinator may also come before it):\n" SLICECTL_COORDINATOR_HELP
     "  --help, -h         the subcommand's own help (slicectl SUBCOMMAND --help)\n"
@@ -36,11 +43,14 @@ const char* const kStatusUsage =
     "                     {\"devices\":[{\"index\",\"uuid\",\"name\",\"total_bytes\",\"used_bytes\",\n"
     "                      \"tenants\":[{\"name\",\"priority\",\"memory_limit_bytes\",\"memory_used_bytes\",\n"
     "                       \"compute_share\",\"compute_limit\",\"compute_used_1s\",\"compute_used_10s\",\n"
+    "                       \"device_seconds_total\",\"memory_byte_seconds_total\",\n"
     "                       \"policy\",\"dead_processes\",\"processes\":[{\"pid\",\"name\",\"memory_used_bytes\"}]}]}],\n"
     "                      \"warnings\":[...]}\n"
     "                     memory_limit_bytes is null when there is no cap; compute_used_1s and\n"
     "                     compute_used_10s are fractions (0 to 1) of the GPU's time, null when\n"
-    "                     not measured yet\n" SLICECTL_COORDINATOR_HELP;
+    "                     not measured yet; device_seconds_total and memory_byte_seconds_total\n"
+    "                     are the tenant's cumulative device time and memory held over time on\n"
+    "                     the GPU, as slicectl usage reports them\n" SLICECTL_COORDINATOR_HELP;
 
 const char* const kSetUsage =
     "usage: slicectl set TENANT [--memory Q|P%|none] [--memory-gpu UUID=Q|P%|none ...]\n"
@@ -77,10 +87,82 @@ const char* const kGcUsage =
     "file (root, or the tenant's own user).\n"
     "\n" SLICECTL_COORDINATOR_HELP;
 
+const char* const kTopUsage =
+    "usage: slicectl top [--interval SECONDS] [--once] [--coordinator DIR]\n"
+    "The coordinator live in the terminal, redrawn every --interval seconds: per GPU a bar of its\n"
+    "memory by tenant and a bar of its time by tenant (received over the last second), each tenant\n"
+    "in its own letter and colour; per tenant its live processes, memory used / cap, compute share\n"
+    "and the share of the GPU's time it received over 1 s and 10 s (as slicectl status shows them).\n"
+    "Fits the window (80 columns and up; resizing redraws). q or Ctrl-C quits. When standard output\n"
+    "is not a terminal it prints one snapshot, without escape sequences, and exits. NO_COLOR set:\n"
+    "no colours.\n"
+    "\n"
+    "  --interval SECONDS  time between redraws, 0.1 to 3600 (default 1)\n"
+    "  --once              one snapshot, even on a terminal\n"
+    "  --coordinator DIR   the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"
+    "                      /dev/shm/libslice)\n";
+
+const char* const kMetricsUsage =
+    "usage: slicectl metrics [--listen ADDR:PORT] [--coordinator DIR]\n"
+    "The figures of slicectl status --json in Prometheus text format (0.0.4), labelled device\n"
+    "(the index slicectl status shows), uuid and tenant: slice_device_memory_{total,used}_bytes,\n"
+    "slice_tenant_memory_{used,cap}_bytes, slice_tenant_compute_{share,limit}_ratio,\n"
+    "slice_tenant_compute_received_{1s,10s}_ratio, slice_tenant_processes,\n"
+    "slice_tenant_dead_processes and slice_coordinator_warnings; and the counters of\n"
+    "slicectl usage, slice_tenant_device_seconds_total and slice_tenant_memory_byte_seconds_total.\n"
+    "Ratios are fractions (0 to 1); a figure that is unknown (no cap, not measured yet) has no\n"
+    "sample.\n"
+    "\n"
+    "  --listen ADDR:PORT  serve them over HTTP at /metrics for Prometheus to scrape, read afresh\n"
+    "                      for each scrape, until SIGINT or SIGTERM; :PORT or PORT listen on\n"
+    "                      127.0.0.1 only (0.0.0.0:PORT: every interface); port 0 takes a free\n"
+    "                      one. The first line printed is the address: listening on\n"
+    "                      http://127.0.0.1:9400/metrics. 503 while there is no coordinator.\n"
+    "  --coordinator DIR   the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"
+    "                      /dev/shm/libslice)\n"
+    "\n"
+    "exit status: 0 done (or stopped by a signal), 1 the port is in use or the coordinator cannot\n"
+    "be read, 2 wrong command line (a bad ADDR:PORT)\n";
+
+const char* const kUsageReportUsage =
+    "usage: slicectl usage [--since TIME] [--csv] [--coordinator DIR]\n"
+    "Per tenant and per GPU (by UUID), what it used, to bill it by: the device time it received\n"
+    "(seconds and hours, as libslice's compute scheduler measures it) and the memory it held over\n"
+    "time (GiB-hours, and byte-seconds: 1 GiB held for an hour is 1 GiB-hour). A process's memory\n"
+    "counts while it lives. Each tenant's record begins with its first process and is kept after\n"
+    "its processes exit, until slicectl rm removes the tenant. FROM and TO say the period covered.\n"
+    "\n"
+    "  --since TIME       only what was used from TIME on, instead of since the record began.\n"
+    "                     TIME is a UTC date or date and time, with an optional Z or UTC\n"
+    "                     (2026-11-30, 2026-11-30T14:00, 2026-11-30T14:00:30Z), or a duration\n"
+    "                     back from now: N followed by s, m, h, d or w (90m, 24h, 7d).\n"
+    "                     Granularity: the record keeps one sample per hour for 35 days and the\n"
+    "                     totals now; between them usage is taken as spread evenly. FROM is later\n"
+    "                     than TIME when the record (or its 35 days) begins later.\n"
+    "  --csv              comma-separated values with a header row, one row per tenant and GPU:\n"
+    "                     tenant,gpu_uuid,gpu_name,from,to,device_seconds,device_hours,\n"
+    "                     memory_gib_hours,memory_byte_seconds,live_processes\n"
+    "                     (times in UTC, ISO 8601; a tenant that never used a GPU has one row\n"
+    "                     with gpu_uuid empty)\n" SLICECTL_COORDINATOR_HELP;
+
+const char* const kRmUsage =
+    "usage: slicectl rm TENANT [--force] [--coordinator DIR]\n"
+    "Removes TENANT's file from the coordinator, and with it its usage record: slicectl status and\n"
+    "usage no longer list it, and its next process starts a new record. Refused while any process\n"
+    "of the tenant is alive. Needs write access to the tenant's file and the right to remove it\n"
+    "(root, or the file's owner). An administrator's policy for the tenant is kept.\n"
+    "\n"
+    "  --force            remove it even with dead processes not yet reaped (never with a live one)\n"
+    SLICECTL_COORDINATOR_HELP;
+
 const char* usage_of(std::string_view subcommand) {
   if (subcommand == "status") return kStatusUsage;
   if (subcommand == "set") return kSetUsage;
   if (subcommand == "gc") return kGcUsage;
+  if (subcommand == "usage") return kUsageReportUsage;
+  if (subcommand == "rm") return kRmUsage;
+  if (subcommand == "top") return kTopUsage;
+  if (subcommand == "metrics") return kMetricsUsage;
   return kMainUsage;
 }
 
