@@ -18,7 +18,9 @@ done
 # Debian packages: the build, GoogleTest, spdlog and fmt (header-only use), libunwind, Python,
 # and clang with libFuzzer (for the fuzz test, which CMake leaves out where they are missing).
 packages=(cmake g++ make python3 python3-venv libgtest-dev libspdlog-dev libfmt-dev libunwind-dev
-          clang "$fuzzer_runtime")
+          clang "$fuzzer_runtime"
+          # Kubernetes: slice-device-plugin (gRPC, protobuf) and the manifests' test (YAML).
+          libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config python3-yaml)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -63,8 +65,10 @@ if [ $with_python = 1 ]; then
     mkdir -p build
     python3 -m venv build/venv
   fi
-  # Real clients that nobody here wrote, from PyPI: NVIDIA's cuda-bindings, nvidia-ml-py and nvitop.
-  build/venv/bin/python -m pip install -q --disable-pip-version-check cuda-bindings nvidia-ml-py nvitop pytest
+  # Real clients that nobody here wrote, from PyPI: NVIDIA's cuda-bindings, nvidia-ml-py and nvitop;
+  # prometheus-client reads slicectl metrics in its tests.
+  build/venv/bin/python -m pip install -q --disable-pip-version-check cuda-bindings nvidia-ml-py nvitop pytest \
+    prometheus-client
   cmake_args+=(-DSLICE_TEST_PYTHON="$PWD/build/venv/bin/python")
 fi
 

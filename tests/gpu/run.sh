@@ -70,6 +70,37 @@ else
   summary+=("FAIL  libslice (build/lib/libslice.so not carried here)"); failures=$((failures + 1))
 fi
 
+# 3. The Kubernetes device plugin against the real NVML: `--list` advertises 4 slices per GPU, with
+#    the UUIDs nvidia-smi reports and a quarter of each GPU's memory (whole MiB).
+plugin=build/bin/slice-device-plugin
+if [ -x "$plugin" ] && ldd "$plugin" | grep -q "not found"; then
+  summary+=("SKIP  device-plugin-list (gRPC libraries not installed here: scripts/setup.sh)")
+elif [ -x "$plugin" ]; then
+  plugin_list() {
+    "$plugin" --list --slices 4 > "$out/plugin-list.txt" || return 1
+    nvidia-smi --query-gpu=uuid,memory.total --format=csv,noheader,nounits > "$out/smi.csv" || return 1
+    python3 - "$out/plugin-list.txt" "$out/smi.csv" <<'PY'
+import re, sys
+listing = open(sys.argv[1]).read()
+print(listing)
+gpus = [l.split(", ") for l in open(sys.argv[2]).read().splitlines() if l.strip()]
+ids = re.findall(r"^  (\S+)$", listing, re.M)
+assert len(ids) == 4 * len(gpus), f"{len(ids)} slices for {len(gpus)} GPUs"
+for uuid, mib in gpus:
+    assert [f"{uuid}::{k}" for k in range(4)] == [i for i in ids if i.startswith(uuid)], uuid
+    m = re.search(re.escape(uuid) + r" .*?: (\d+) bytes, 4 slices of (\d+) bytes", listing)
+    total, per_slice = int(m.group(1)), int(m.group(2))
+    assert abs(total // 2**20 - int(mib)) <= 1, (total, mib)  # nvidia-smi rounds to MiB
+    assert per_slice == total // 4 // 2**20 * 2**20, per_slice
+    assert all(len(i) <= 63 for i in ids)
+print(f"{len(ids)} slices on {len(gpus)} GPUs: IDs, UUIDs and memory per slice match")
+PY
+  }
+  check device-plugin-list plugin_list
+else
+  summary+=("SKIP  device-plugin-list (build/bin/slice-device-plugin not built here)")
+fi
+
 echo
 echo "== tests/gpu summary =="
 printf '%s\n' "${summary[@]}"

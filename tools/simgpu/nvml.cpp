@@ -25,6 +25,7 @@ std::mutex g_mu;
 int g_init_count = 0;
 Machine* g_machine = nullptr;  // attached once, kept across shutdown/init cycles
 nvmlDevice_st g_devices[simgpu::kMaxDevices];
+std::string g_lost_marker_prefix;  // "<SIMGPU_STATE>.lost-": a file <prefix><index> marks a lost GPU
 
 nvmlReturn_t attach_locked() {
   if (g_machine) return NVML_SUCCESS;
@@ -35,8 +36,13 @@ nvmlReturn_t attach_locked() {
     return NVML_ERROR_DRIVER_NOT_LOADED;
   }
   for (int i = 0; i < simgpu::kMaxDevices; ++i) g_devices[i].index = i;
+  g_lost_marker_prefix = config.state_path + ".lost-";
   return NVML_SUCCESS;
 }
+
+// A GPU that fell off the bus: NVML still lists it, and answers NVML_ERROR_GPU_IS_LOST to every
+// query about it. Tests make one lost by creating the marker file (and bring it back by removing it).
+bool lost(int index) { return ::access((g_lost_marker_prefix + std::to_string(index)).c_str(), F_OK) == 0; }
 
 nvmlReturn_t ready() {
   std::lock_guard<std::mutex> lk(g_mu);
@@ -46,6 +52,7 @@ nvmlReturn_t ready() {
 nvmlReturn_t device_index(nvmlDevice_t d, int* index) {
   if (nvmlReturn_t r = ready()) return r;
   if (!d || d < g_devices || d >= g_devices + g_machine->device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+  if (lost(d->index)) return NVML_ERROR_GPU_IS_LOST;
   *index = d->index;
   return NVML_SUCCESS;
 }
