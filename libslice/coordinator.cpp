@@ -78,6 +78,7 @@ bool Coordinator::claim_slot(std::string& error) {
     for (int i = 0; i < kMaxProcesses; ++i) {
       if ((f.slots[i].state.load() == SlotState::free) != (pass == 0) || !tenant_->try_lock_slot(i)) continue;
       ProcessSlot& s = f.slots[i];
+      forget_accrual(s);
       const bool stale = s.state.load() == SlotState::live;  // left by a process that died
       // Its memory is still in the tenant's totals: the recount after registration returns it,
       // and if that cannot finish, the flag makes the next refusal try again.

@@ -146,8 +146,9 @@ int reap_tenant(const std::string& dir, const std::string& tenant, std::string& 
     for (int i = 0; i < kMaxProcesses; ++i) {
       ProcessSlot& s = h->file().slots[i];
       if ((s.state.load() == SlotState::free) != (pass == 0) || !h->try_lock_slot(i)) continue;
-      MemoryLedger ledger(*h, i);
       const bool dead = s.state.load() == SlotState::live;
+      if (dead) forget_accrual(s);
+      MemoryLedger ledger(*h, i);
       if (dead) ledger.clear_slot();  // the recount counts its own slot: not with the dead's usage
       int reaped = ledger.recount();
       if (dead && reaped >= 0) {

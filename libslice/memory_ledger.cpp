@@ -179,6 +179,7 @@ int MemoryLedger::recount() {
     if (live[i] || f.slots[i].state.load() != SlotState::live) continue;
     // Take the dead slot's lock while clearing it, so a newcomer cannot claim it half-cleared.
     if (!tenant_.try_lock_slot(i)) continue;
+    forget_accrual(f.slots[i]);
     for (SlotDevice& sd : f.slots[i].devices) sd.used.store(0), sd.flight.store(0);
     f.slots[i].pid.store(0);
     f.slots[i].state.store(SlotState::free);

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 namespace slice {
@@ -212,8 +213,15 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
     void* copy = ::operator new(sizeof(TenantFile), std::align_val_t{alignof(TenantFile)});
     h->file_ = static_cast<TenantFile*>(copy);
     h->copied_ = true;
-    if (pread(fd, copy, sizeof(TenantFile), 0) != static_cast<ssize_t>(sizeof(TenantFile)) ||
-        !header_valid(h->file_->header, name)) {
+    // The usage records first, the rest after: a process that integrates its memory meanwhile is
+    // then either in the meter and its slot's stamp both, or in neither yet, never in the meter
+    // and also pending from its old stamp (a reader would count it twice, and the next reading
+    // would go down: a counter reset to Prometheus).
+    constexpr std::size_t kUsageAt = offsetof(TenantFile, usage);
+    auto* bytes = static_cast<unsigned char*>(copy);
+    if (pread(fd, bytes + kUsageAt, sizeof(TenantFile) - kUsageAt, kUsageAt) !=
+            static_cast<ssize_t>(sizeof(TenantFile) - kUsageAt) ||
+        pread(fd, bytes, kUsageAt, 0) != static_cast<ssize_t>(kUsageAt) || !header_valid(h->file_->header, name)) {
       error = path + " changed while it was read";
       return nullptr;
     }

@@ -42,4 +42,11 @@ void meter_tick(TenantFileHandle& tenant, int slot, int entry, std::uint64_t now
 
 std::uint64_t wall_clock_ms();
 
+// For whoever has just locked a dead process's slot to take it over or free it: the slot's stamps go
+// first. Once locked, the slot looks alive to the hourly sample, which folds live slots into the
+// meter; with the dead process's stamp it would charge that memory from its death until now.
+inline void forget_accrual(ProcessSlot& slot) {
+  for (SlotDevice& sd : slot.devices) sd.accrued_ns.store(0);
+}
+
 }  // namespace slice
