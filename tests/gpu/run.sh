@@ -27,6 +27,8 @@ check procaddr-real "$out/procaddr_real" tests/data/cudart13-procaddr-lookups.ts
 # 2. libslice on the real driver: the CUDA runtime and (where installed) PyTorch see the cap and are
 #    refused at it; the trace log records which launch entry points the runtime fetched.
 slice=build/lib/libslice.so
+# Carried from a build machine as build/gpu-carry (tests/gpu/prepare_carry.sh) where build/ is not here.
+[ -f "$slice" ] || [ ! -f build/gpu-carry/lib/libslice.so ] || slice=build/gpu-carry/lib/libslice.so
 cap=$((2 * 1024 * 1024 * 1024))
 if [ -f "$slice" ]; then
   coordinator=$out/coordinator
@@ -73,8 +75,12 @@ fi
 # 3. The Kubernetes device plugin against the real NVML: `--list` advertises 4 slices per GPU, with
 #    the UUIDs nvidia-smi reports and a quarter of each GPU's memory (whole MiB).
 plugin=build/bin/slice-device-plugin
+if [ ! -x "$plugin" ] && [ -x build/gpu-carry/bin/slice-device-plugin ]; then
+  plugin=build/gpu-carry/bin/slice-device-plugin
+  export LD_LIBRARY_PATH="$PWD/build/gpu-carry/runtime-libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 if [ -x "$plugin" ] && ldd "$plugin" | grep -q "not found"; then
-  summary+=("SKIP  device-plugin-list (gRPC libraries not installed here: scripts/setup.sh)")
+  summary+=("SKIP  device-plugin-list (gRPC libraries not here: scripts/setup.sh, or carry build/gpu-carry from tests/gpu/prepare_carry.sh)")
 elif [ -x "$plugin" ]; then
   plugin_list() {
     "$plugin" --list --slices 4 > "$out/plugin-list.txt" || return 1
