@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "config_values.h"
 #include "printable.h"
 
 namespace slicectl {
@@ -20,6 +21,14 @@ void invalid_option(std::string_view option, std::string_view value, std::string
                      std::string(option) + " '" + slice::printable(value) + "' is not valid: " + std::string(reason) +
                          "; example: " + std::string(option) + " " + std::string(example),
                      false};
+}
+
+void check_tenant_argument(const std::string& tenant, std::string_view example) {
+  if (auto name = slice::parse_tenant_name(tenant); !name)
+    throw CommandError{kExitUsage,
+                       "tenant '" + slice::printable(tenant) + "' is not a valid name: " + name.reason + "; example: " +
+                           std::string(example),
+                       false};
 }
 
 void unknown_option(const std::string& arg) {

@@ -55,6 +55,10 @@ struct CommonOptions {
   bool read(ArgReader& args);
 };
 
+// A TENANT argument: "tenant 'x/y' is not a valid name: ...; example: EXAMPLE" (exit 2) unless it
+// is one. `example` is a whole valid command line, such as "slicectl gc team-a".
+void check_tenant_argument(const std::string& tenant, std::string_view example);
+
 // An argument that starts with '-' and that no option took: "unknown option" (exit 2).
 [[noreturn]] void unknown_option(const std::string& arg);
 

@@ -1,40 +1,27 @@
 // slicectl gc [TENANT]: reaps dead processes now (libslice also does it by itself when a tenant
 // next needs the memory), and says how many per tenant.
-#include <setjmp.h>
-#include <signal.h>
 #include <sys/stat.h>
 
 #include <cstdio>
 
 #include "cli.h"
 #include "commands.h"
-#include "config_values.h"
 #include "coordinator_view.h"
 #include "printable.h"
+#include "sigbus_guard.h"
 
 namespace slicectl {
 
 namespace {
-// Reaping writes a tenant's file through a shared mapping. The tenant may write that file too, and
-// if it truncates it meanwhile, touching the mapping raises SIGBUS: report that tenant and go on
-// with the others instead of dying. (The recount flag or slot left mid-way is ours: the kernel
-// drops our locks when slicectl exits, and others then see us dead.)
-sigjmp_buf g_fault;
-void on_sigbus(int) { siglongjmp(g_fault, 1); }
-
+// Reaping writes a tenant's file through a shared mapping, which its tenant may truncate: that
+// tenant is reported and the others are still reaped. (The recount flag or slot left mid-way is
+// ours: the kernel drops our locks when slicectl exits, and others then see us dead.)
 int reap_guarded(const std::string& dir, const std::string& tenant, std::string& error) {
-  struct sigaction sa {}, old {};
-  sa.sa_handler = on_sigbus;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGBUS, &sa, &old);
-  int reaped;
-  if (sigsetjmp(g_fault, 1) == 0) {
-    reaped = slice::reap_tenant(dir, tenant, error);
-  } else {
+  int reaped = -1;
+  if (!run_without_sigbus([&] { reaped = slice::reap_tenant(dir, tenant, error); })) {
     error = "its file changed size while it was being reaped (truncated by its tenant?): skipped";
     reaped = -1;
   }
-  sigaction(SIGBUS, &old, nullptr);
   return reaped;
 }
 }  // namespace
@@ -48,13 +35,7 @@ int run_gc(std::vector<std::string> argv) {
     if (!args.peek().empty() && args.peek()[0] != '-' && only.empty()) only = args.take();
     else unknown_option(args.peek());
   }
-  if (!only.empty()) {
-    if (auto name = slice::parse_tenant_name(only); !name)
-      throw CommandError{kExitUsage,
-                         "tenant '" + slice::printable(only) + "' is not a valid name: " + name.reason +
-                             "; example: slicectl gc team-a",
-                         false};
-  }
+  if (!only.empty()) check_tenant_argument(only, "slicectl gc team-a");
   const std::string& dir = common.coordinator;
   require_coordinator(dir);
 

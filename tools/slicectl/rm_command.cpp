@@ -1,40 +1,26 @@
 // slicectl rm TENANT [--force]: removes a tenant whose processes have all exited, and its usage
 // record with it. The removal itself (under the tenant's registration lock, never with a live
 // process) is remove_tenant in coordinator_view.
-#include <setjmp.h>
-#include <signal.h>
 #include <sys/stat.h>
 
 #include <cstdio>
 
 #include "cli.h"
 #include "commands.h"
-#include "config_values.h"
 #include "coordinator_view.h"
 #include "printable.h"
+#include "sigbus_guard.h"
 
 namespace slicectl {
 
 namespace {
-// The checks read the tenant's file through a shared mapping, which its own user may truncate
-// meanwhile: touching the mapping then raises SIGBUS. Report it instead of dying (our locks go
-// with the process either way).
-sigjmp_buf g_fault;
-void on_sigbus(int) { siglongjmp(g_fault, 1); }
-
+// The checks read the tenant's file through a shared mapping, which its own user may truncate.
 bool remove_guarded(const std::string& dir, const std::string& tenant, bool force, std::string& error) {
-  struct sigaction sa {}, old {};
-  sa.sa_handler = on_sigbus;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGBUS, &sa, &old);
-  bool removed;
-  if (sigsetjmp(g_fault, 1) == 0) {
-    removed = slice::remove_tenant(dir, tenant, force, error);
-  } else {
+  bool removed = false;
+  if (!run_without_sigbus([&] { removed = slice::remove_tenant(dir, tenant, force, error); })) {
     error = "its file changed size while it was being checked (truncated by its tenant?): not removed";
     removed = false;
   }
-  sigaction(SIGBUS, &old, nullptr);
   return removed;
 }
 }  // namespace
@@ -51,11 +37,7 @@ int run_rm(std::vector<std::string> argv) {
     else unknown_option(args.peek());
   }
   if (tenant.empty()) usage_error("which tenant? example: slicectl rm team-a");
-  if (auto name = slice::parse_tenant_name(tenant); !name)
-    throw CommandError{kExitUsage,
-                       "tenant '" + slice::printable(tenant) + "' is not a valid name: " + name.reason +
-                           "; example: slicectl rm team-a",
-                       false};
+  check_tenant_argument(tenant, "slicectl rm team-a");
   const std::string& dir = common.coordinator;
   require_coordinator(dir);
   struct stat st {};

@@ -120,11 +120,7 @@ Changes read_changes(ArgReader& args, CommonOptions& common) {
     }
   }
   if (c.tenant.empty()) usage_error("which tenant? give its name: slicectl set TENANT --memory 4Gi");
-  if (auto name = slice::parse_tenant_name(c.tenant); !name)
-    throw CommandError{kExitUsage,
-                       "tenant '" + slice::printable(c.tenant) + "' is not a valid name: " + name.reason +
-                           "; example: slicectl set team-a --memory 4Gi",
-                       false};
+  check_tenant_argument(c.tenant, "slicectl set team-a --memory 4Gi");
   if (c.empty()) usage_error("nothing to set: give at least one of --memory, --memory-gpu, --compute, --limit, --priority, --group");
   return c;
 }
