@@ -33,13 +33,18 @@ std::optional<std::string> set_absolute(std::string& field, const std::string& v
   return std::nullopt;
 }
 
+// A name with a domain: DOMAIN/NAME (a resource) or VENDOR/CLASS (a CDI kind).
+std::optional<std::string> set_qualified(std::string& field, const std::string& value, const char* why) {
+  if (value.find('/') == std::string::npos) return why;
+  field = value;
+  return std::nullopt;
+}
+
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       {"--resource-name", "NAME", "extended resource the slices are advertised as (default libslice.io/gpu-slice)",
-       [](PluginOptions& o, const std::string& v) -> std::optional<std::string> {
-         if (v.find('/') == std::string::npos) return "must be DOMAIN/NAME, e.g. libslice.io/gpu-slice";
-         o.resource_name = v;
-         return std::nullopt;
+       [](PluginOptions& o, const std::string& v) {
+         return set_qualified(o.resource_name, v, "must be DOMAIN/NAME, e.g. libslice.io/gpu-slice");
        }},
       {"--slices", "N", "slices per GPU, 1-100; each is 1/N of the GPU's memory (after the reserve) and time (default 4)",
        [](PluginOptions& o, const std::string& v) -> std::optional<std::string> {
@@ -79,10 +84,8 @@ const std::vector<Flag>& flags() {
          return std::nullopt;
        }},
       {"--cdi-kind", "KIND", "CDI kind of the GPUs for --device-list-strategy cdi (default nvidia.com/gpu)",
-       [](PluginOptions& o, const std::string& v) -> std::optional<std::string> {
-         if (v.find('/') == std::string::npos) return "must be VENDOR/CLASS, e.g. nvidia.com/gpu";
-         o.cdi_kind = v;
-         return std::nullopt;
+       [](PluginOptions& o, const std::string& v) {
+         return set_qualified(o.cdi_kind, v, "must be VENDOR/CLASS, e.g. nvidia.com/gpu");
        }},
       {"--single-gpu-only", "", "refuse an allocation whose slices lie on more than one GPU",
        [](PluginOptions& o, const std::string&) -> std::optional<std::string> {
