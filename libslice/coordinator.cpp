@@ -199,12 +199,8 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
   // Settings first, then the stamp: a reader that sees the stamp sees this tenant's priority.
   const std::uint32_t stamp = joined_stamp_ms(monotonic_ns());
   for (std::size_t i = 0; i < c->cap_count_; ++i) {
-    DeviceEntry& e = c->tenant_->file().devices[c->entries_[i]];
-    const ComputeSettings s = c->compute(static_cast<int>(i));
-    e.compute_share.store(s.share, std::memory_order_relaxed);
-    e.compute_limit.store(s.limit, std::memory_order_relaxed);
-    e.compute_priority.store(stored_priority(s.priority), std::memory_order_relaxed);
-    e.joined_ms.store(stamp, std::memory_order_release);
+    c->publish_compute_settings(static_cast<int>(i));
+    c->device_entry(static_cast<int>(i)).joined_ms.store(stamp, std::memory_order_release);
   }
   return c;
 }
@@ -258,6 +254,15 @@ Coordinator::ComputeSettings Coordinator::compute(int device) {
   if (!forked_) refresh_policy();
   return {compute_shares_[device].load(std::memory_order_relaxed), compute_limit_.load(std::memory_order_relaxed),
           priority_from_stored(compute_priority_.load(std::memory_order_relaxed))};
+}
+
+Coordinator::ComputeSettings Coordinator::publish_compute_settings(int device) {
+  const ComputeSettings s = compute(device);
+  DeviceEntry& e = device_entry(device);
+  e.compute_share.store(s.share, std::memory_order_relaxed);
+  e.compute_limit.store(s.limit, std::memory_order_relaxed);
+  e.compute_priority.store(stored_priority(s.priority), std::memory_order_relaxed);
+  return s;
 }
 
 std::uint64_t Coordinator::cap(int device) {

@@ -78,6 +78,9 @@ class Coordinator {
     Priority priority = Priority::normal;
   };
   ComputeSettings compute(int device);
+  // compute(device), also written into the tenant's device entry for the other tenants' schedulers
+  // (at join, and at every tick of the compute watcher, so that a policy change shows).
+  ComputeSettings publish_compute_settings(int device);
   DeviceEntry& device_entry(int device) { return tenant_->file().devices[entries_[device]]; }
   // Publishes this process's compute state on a device (kSlotActive | kSlotWanting) and recounts the
   // tenant's active and wanting processes from the slots; `check_liveness` also clears the flags of

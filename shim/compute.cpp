@@ -115,10 +115,7 @@ void Compute::tick(int device, std::uint64_t now) {
   c.publish_compute(device, (active ? kSlotActive : 0) | (wanting ? kSlotWanting : 0), check_liveness);
   if (active) entry.active_heartbeat_ns.store(now, std::memory_order_relaxed);
   if (wanting) entry.wanting_heartbeat_ns.store(now, std::memory_order_relaxed);
-  const Coordinator::ComputeSettings settings = c.compute(device);
-  entry.compute_share.store(settings.share, std::memory_order_relaxed);
-  entry.compute_limit.store(settings.limit, std::memory_order_relaxed);
-  entry.compute_priority.store(stored_priority(settings.priority), std::memory_order_relaxed);
+  const Coordinator::ComputeSettings settings = c.publish_compute_settings(device);
 
   watch_->board.read(session_.devices[device].uuid.data(), now, watch_->policy.window_ns, w.board_rows);
   // The step that ends now, shared among the tenants with work then and this tenant's processes.
