@@ -22,6 +22,7 @@
 #include "device_runner.h"
 #include "machine_state.h"
 #include "module_image.h"
+#include "violations.h"
 
 namespace simgpu {
 
@@ -59,9 +60,8 @@ struct Stream {
   bool head_running = false;
   bool in_busy_list = false;    // listed in its device's streams with work (executor.cpp)
   std::uint64_t finished_ns = 0; // device time at which its last completed work finished
-  Graph* capture = nullptr;     // stream capture in progress
-  CUstreamCaptureMode capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  std::uint64_t capture_id = 0;
+  struct Capture* capture = nullptr;     // the capture it takes part in (capture.h), as origin or joined
+  std::vector<struct GraphNode*> capture_deps;  // what its next captured node depends on
   std::uint64_t id = 0;
 };
 
@@ -71,6 +71,10 @@ struct Event {
   std::uint64_t recorded = 0;    // generation of the last record enqueued
   std::uint64_t completed = 0;   // generation the device has reached
   std::uint64_t time_ns = 0;     // device time of the completed record
+  // Last recorded in a capturing stream: a captured event (capture.h), standing for these nodes of
+  // the capture with this id. 0: an ordinary record.
+  std::uint64_t captured_id = 0;
+  std::vector<struct GraphNode*> captured_deps;
 };
 
 struct Context {
@@ -84,6 +88,9 @@ struct Context {
   std::vector<Stream*> streams;  // created streams, not the NULL stream
   std::uint64_t id = 0;
   std::map<CUlimit, std::size_t> limits;
+  // Device memory the limits take beyond their defaults (malloc heap, printf FIFO, stack for every
+  // resident thread), charged on the device: NVML's per-process figure includes it, as on a real GPU.
+  std::uint64_t limits_charged = 0;
   CUfunc_cache cache_config = CU_FUNC_CACHE_PREFER_NONE;
 };
 
@@ -111,6 +118,11 @@ struct Function {
   struct Module* module = nullptr;
   int max_dynamic_shared = 48 * 1024;
   std::map<int, int> attributes;  // set with cuFuncSetAttribute
+  // The deprecated execution-control state cuLaunch and cuLaunchGrid use (cuFuncSetBlockShape,
+  // cuFuncSetSharedSize, cuParamSet*), guarded by g.mu.
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared_bytes = 0;
+  std::vector<unsigned char> param_buffer;
 };
 
 struct Module {
@@ -119,6 +131,7 @@ struct Module {
   std::vector<std::unique_ptr<Function>> functions;
   std::map<std::string, std::pair<CUdeviceptr, std::size_t>> globals;
   bool from_library = false;
+  std::uint64_t charged = 0;  // device memory its globals take (whole 2 MiB chunks), charged on ctx's device
 };
 
 struct DeviceExecutor;
@@ -157,6 +170,8 @@ struct Driver {
   Machine* machine = nullptr;
   int device_count = 0;
   std::unordered_map<const void*, HandleKind> live;  // every live handle and what it is
+  std::unordered_map<const void*, HandleKind> destroyed;  // handles destroyed since (see is_live_locked)
+  std::vector<struct Capture*> captures;             // stream captures in progress (capture.h)
   Context* primary[kMaxDevices] = {};
   MemPool* default_pool[kMaxDevices] = {};
   MemPool* current_pool[kMaxDevices] = {};
@@ -170,29 +185,60 @@ struct Driver {
 
 Driver& driver();
 
+// Reports the use of a destroyed handle (violations.h), naming its kind.
+void report_destroyed_use(const char* function, const void* handle);
+
 // --- helpers shared by the API files (g.mu must NOT be held unless the name says so) ---
 CUresult ensure_initialized();                  // CUDA_ERROR_NOT_INITIALIZED before cuInit
 CUresult current_context(Context** out);        // CUDA_ERROR_INVALID_CONTEXT when none
 CUresult current_context_locked(Context** out); // the same with g.mu held (and cuInit done)
-template <class T> bool is_live_locked(const T* handle) {
+// A handle the application hands in: live and of kind T. One that was destroyed (and whose address
+// no new object took since) is also reported as a violation: on the real driver its use is undefined.
+template <class T> bool is_live_locked(const T* handle, const char* function = __builtin_FUNCTION()) {
+  auto it = driver().live.find(handle);
+  if (handle && it != driver().live.end() && it->second == HandleKindOf<T>::value) return true;
+  if (handle && driver().destroyed.count(handle)) report_destroyed_use(function, handle);
+  return false;
+}
+// The same for the simulator's own bookkeeping, which may look at objects it knows can be gone.
+template <class T> bool is_live_quiet_locked(const T* handle) {
   auto it = driver().live.find(handle);
   return handle && it != driver().live.end() && it->second == HandleKindOf<T>::value;
 }
-template <class T> bool is_live(const T* handle) {  // takes g.mu
+template <class T> bool is_live(const T* handle, const char* function = __builtin_FUNCTION()) {  // takes g.mu
   std::lock_guard<std::mutex> lk(driver().mu);
-  return is_live_locked(handle);
+  return is_live_locked(handle, function);
 }
-template <class T> void add_live_locked(const T* handle) { driver().live[handle] = HandleKindOf<T>::value; }
-inline void remove_live_locked(const void* handle) { driver().live.erase(handle); }
+template <class T> bool is_live_quiet(const T* handle) {  // takes g.mu
+  std::lock_guard<std::mutex> lk(driver().mu);
+  return is_live_quiet_locked(handle);
+}
+template <class T> void add_live_locked(const T* handle) {
+  driver().live[handle] = HandleKindOf<T>::value;
+  driver().destroyed.erase(handle);
+}
+// The handle is destroyed: from now on a use of it is reported, until a new object takes the address.
+inline void remove_live_locked(const void* handle) {
+  auto it = driver().live.find(handle);
+  if (it == driver().live.end()) return;
+  driver().destroyed[handle] = it->second;
+  driver().live.erase(it);
+}
 bool valid_device(CUdevice dev);
+
+// A potentially unsafe call (memory allocation or free) under the capture rules (capture.h): takes
+// g.mu; CUDA_SUCCESS or the error to return.
+CUresult unsafe_call_check(const char* function);
 
 // Streams: resolves 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD for the current context.
 CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out);
 CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream** out);  // g.mu held
 void enqueue_locked(Stream* s, Op op);           // g.mu held
 void enqueue(Stream* s, Op op);
-CUresult stream_synchronize(Stream* s);
-CUresult context_synchronize(Context* c);
+// `function`: the API call that synchronises, for the capture rules (capture.h); a context
+// synchronisation the driver does for itself (at a destroy or a free) passes nullptr.
+CUresult stream_synchronize(Stream* s, const char* function);
+CUresult context_synchronize(Context* c, const char* function = nullptr);
 bool context_idle_locked(Context* c);
 void destroy_stream_locked(Stream* s);
 
@@ -234,5 +280,6 @@ const char* error_string(CUresult code);
 CUresult create_context(int device, unsigned flags, bool primary, Context** out);
 void destroy_context_locked(Context* c);
 void destroy_context_arrays_locked(Context* c);  // drv_array.cpp: the arrays a context owns
+void destroy_context_modules_locked(Context* c);  // drv_module.cpp: the modules loaded into it
 
 }  // namespace simgpu

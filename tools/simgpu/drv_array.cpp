@@ -61,6 +61,7 @@ bool valid_descriptor(const CUDA_ARRAY3D_DESCRIPTOR& d) {
 }
 
 CUresult create_array(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR& d) {
+  if (CUresult r = unsafe_call_check("cuArrayCreate")) return r;
   if (!out || !valid_descriptor(d)) return CUDA_ERROR_INVALID_VALUE;
   Context* c = nullptr;
   if (CUresult r = current_context(&c)) return r;
@@ -133,6 +134,7 @@ CUresult cuArray3DCreate_v2(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* d) {
 
 CUresult cuArrayDestroy(CUarray h) {
   if (CUresult r = ensure_initialized()) return r;
+  if (CUresult r = unsafe_call_check("cuArrayDestroy")) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
   SimArray* a = live_array_locked(h);
   if (!a || a->level_of_mipmap) return CUDA_ERROR_INVALID_HANDLE;

@@ -8,8 +8,21 @@ namespace simgpu {
 namespace {
 thread_local std::vector<Context*> t_stack;
 
-CUresult checked_context_locked(Context* c) {
-  if (!is_live_locked(c) || !c->active) return CUDA_ERROR_INVALID_CONTEXT;
+// Defaults of the limits that take device memory, and the threads that each have a stack.
+constexpr std::size_t kDefaultStack = 1024, kDefaultPrintfFifo = 1 << 20, kDefaultHeap = 8 << 20;
+constexpr std::uint64_t kResidentThreads = 128 * 1536;  // multiprocessors x threads per multiprocessor
+
+std::uint64_t limits_bytes(const Context& c) {
+  const auto above = [&](CUlimit l, std::size_t def) -> std::uint64_t {
+    const auto it = c.limits.find(l);
+    return it != c.limits.end() && it->second > def ? it->second - def : 0;
+  };
+  return above(CU_LIMIT_MALLOC_HEAP_SIZE, kDefaultHeap) + above(CU_LIMIT_PRINTF_FIFO_SIZE, kDefaultPrintfFifo) +
+         above(CU_LIMIT_STACK_SIZE, kDefaultStack) * kResidentThreads;
+}
+
+CUresult checked_context_locked(Context* c, const char* function = __builtin_FUNCTION()) {
+  if (!is_live_locked(c, function) || !c->active) return CUDA_ERROR_INVALID_CONTEXT;
   return CUDA_SUCCESS;
 }
 }  // namespace
@@ -25,7 +38,7 @@ CUresult current_context_locked(Context** out) {
   Context* c = t_stack.back();
   // Only live contexts are ever pushed, so a dead one here was destroyed (by cuCtxDestroy on another
   // thread) while current to this thread: the driver documents CONTEXT_IS_DESTROYED for that case.
-  if (!is_live_locked(c)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+  if (!is_live_quiet_locked(c)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
   if (CUresult r = checked_context_locked(c)) return r;
   *out = c;
   return CUDA_SUCCESS;
@@ -46,9 +59,9 @@ CUresult create_context(int device, unsigned flags, bool primary, Context** out)
   c->null_stream->ctx = c;
   c->null_stream->legacy = true;
   c->null_stream->id = g.next_id++;
-  c->limits[CU_LIMIT_STACK_SIZE] = 1024;
-  c->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = 1 << 20;
-  c->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = 8 << 20;
+  c->limits[CU_LIMIT_STACK_SIZE] = kDefaultStack;
+  c->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = kDefaultPrintfFifo;
+  c->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = kDefaultHeap;
   c->limits[CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT] = 2048;
   c->limits[CU_LIMIT_MAX_L2_FETCH_GRANULARITY] = 32;
   c->limits[CU_LIMIT_PERSISTING_L2_CACHE_SIZE] = 0;
@@ -73,6 +86,12 @@ void destroy_context_locked(Context* c) {
     }
   }
   destroy_context_arrays_locked(c);  // arrays and mipmapped arrays go with their context too
+  destroy_context_modules_locked(c);  // and its modules, with their globals
+  if (c->limits_charged) g.machine->uncharge(c->device, c->limits_charged);
+  c->limits_charged = 0;
+  c->limits[CU_LIMIT_STACK_SIZE] = kDefaultStack;  // a primary context retained again starts afresh
+  c->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = kDefaultPrintfFifo;
+  c->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = kDefaultHeap;
   ipc_close_context_locked(c);       // and the mappings of other processes' memory it opened
   for (Stream* s : std::vector<Stream*>(c->streams)) destroy_stream_locked(s);
   if (c->charged) g.machine->uncharge(c->device, c->charged);
@@ -333,7 +352,7 @@ CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int* version) {
 CUresult cuCtxSynchronize() {
   Context* c = nullptr;
   if (CUresult r = current_context(&c)) return r;
-  return context_synchronize(c);
+  return context_synchronize(c, "cuCtxSynchronize");
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
@@ -341,7 +360,7 @@ CUresult cuCtxSynchronize_v2(CUcontext ctx) {
   if (CUresult r = ensure_initialized()) return r;
   auto* c = reinterpret_cast<Context*>(ctx);
   if (!is_live(c)) return CUDA_ERROR_INVALID_CONTEXT;
-  return context_synchronize(c);
+  return context_synchronize(c, "cuCtxSynchronize");
 }
 
 CUresult cuCtxGetLimit(size_t* value, CUlimit limit) {
@@ -361,7 +380,17 @@ CUresult cuCtxSetLimit(CUlimit limit, size_t value) {
   std::lock_guard<std::mutex> lk(driver().mu);
   auto it = c->limits.find(limit);
   if (it == c->limits.end()) return CUDA_ERROR_UNSUPPORTED_LIMIT;
+  const std::size_t old = it->second;
   it->second = value;
+  // The heap, the printf FIFO and every resident thread's stack are device memory: what they take
+  // beyond their defaults is charged (or given back) now.
+  const std::uint64_t bytes = limits_bytes(*c);
+  if (bytes > c->limits_charged && !driver().machine->charge(c->device, bytes - c->limits_charged)) {
+    it->second = old;
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (bytes < c->limits_charged) driver().machine->uncharge(c->device, c->limits_charged - bytes);
+  c->limits_charged = bytes;
   return CUDA_SUCCESS;
 }
 

@@ -2,7 +2,7 @@
 // Device pointers are host addresses here, so a copy is a memcpy done in stream order.
 #include <cstring>
 
-#include "driver.h"
+#include "capture.h"
 
 namespace simgpu {
 namespace {
@@ -22,15 +22,27 @@ CUresult check_device_ranges(std::initializer_list<std::pair<CUdeviceptr, std::s
 }
 
 // Runs `work` in stream order; `sync` waits for it (the synchronous API on the stream).
+// A capturing stream records an asynchronous copy as a node that copies when the graph runs; a
+// synchronous one is a potentially unsafe call (and on the legacy stream, an implicit dependency).
 CUresult submit(CUstream hstream, bool per_thread, bool sync, std::function<void()> work) {
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hstream, per_thread, &s)) return r;
-  if (s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // copies are not captured here
-  Op op;
-  op.kind = Op::Kind::host;
-  op.host = std::move(work);
-  enqueue(s, std::move(op));
-  return sync ? stream_synchronize(s) : CUDA_SUCCESS;
+  {
+    std::lock_guard<std::mutex> lk(driver().mu);
+    if (CUresult r = capture_submit_check_locked(s, sync ? "cuMemcpy" : "cuMemcpyAsync")) return r;
+    if (sync)
+      if (CUresult r = capture_unsafe_check_locked("cuMemcpy")) return r;
+    if (s->capture) {
+      if (sync) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+      capture_node_locked(s, CU_GRAPH_NODE_TYPE_MEMCPY)->work = std::move(work);
+      return CUDA_SUCCESS;
+    }
+    Op op;
+    op.kind = Op::Kind::host;
+    op.host = std::move(work);
+    enqueue_locked(s, std::move(op));
+  }
+  return sync ? stream_synchronize(s, "cuMemcpy") : CUDA_SUCCESS;
 }
 
 CUresult copy(CUdeviceptr dst, CUdeviceptr src, std::size_t n, bool dst_dev, bool src_dev, CUstream st, bool pt,

@@ -29,6 +29,15 @@ __attribute__((destructor)) void on_unload() {
 
 Driver& driver() { return *g_driver; }
 
+void report_destroyed_use(const char* function, const void* handle) {
+  static const char* const kNames[] = {"context", "stream", "event", "module", "function", "graph", "graph node",
+                                       "executable graph", "memory pool", "physical allocation", "array",
+                                       "mipmapped array"};
+  const auto it = driver().destroyed.find(handle);
+  const char* kind = it == driver().destroyed.end() ? "handle" : kNames[static_cast<int>(it->second)];
+  report_violation(function, std::string("use of a destroyed ") + kind);
+}
+
 bool valid_device(CUdevice dev) { return dev >= 0 && dev < driver().device_count; }
 
 CUresult ensure_initialized() {

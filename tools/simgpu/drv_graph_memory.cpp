@@ -293,7 +293,8 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode* out, CUgraph hg, const CUgraphNode*
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
   auto* graph = reinterpret_cast<Graph*>(hg);
-  if (!is_live_locked(graph)) return CUDA_ERROR_INVALID_VALUE;
+  // "Allocation and free nodes cannot be added to the returned graph" (cuGraphChildGraphNodeGetGraph).
+  if (!is_live_locked(graph) || graph->parent) return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < ndeps; ++i)
     if (!is_live_locked(reinterpret_cast<GraphNode*>(deps[i]))) return CUDA_ERROR_INVALID_VALUE;
   std::shared_ptr<GraphMemBlock> block;
@@ -324,7 +325,8 @@ CUresult cuGraphAddMemFreeNode(CUgraphNode* out, CUgraph hg, const CUgraphNode* 
   if (!out || (ndeps && !deps)) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* graph = reinterpret_cast<Graph*>(hg);
-  if (!is_live_locked(graph)) return CUDA_ERROR_INVALID_VALUE;
+  // "Allocation and free nodes cannot be added to the returned graph" (cuGraphChildGraphNodeGetGraph).
+  if (!is_live_locked(graph) || graph->parent) return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < ndeps; ++i)
     if (!is_live_locked(reinterpret_cast<GraphNode*>(deps[i]))) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult r = graph_check_free_node_locked(graph, dptr)) return r;

@@ -282,7 +282,7 @@ CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
     }
   }
   // Work still queued may use the mapping: unmap after it, as a free waits for it.
-  if (owner && is_live(owner)) context_synchronize(owner);
+  if (owner && is_live_quiet(owner)) context_synchronize(owner);
   std::lock_guard<std::mutex> lk(g.mu);
   auto it = g.ipc->imports.find(ptr);
   if (it == g.ipc->imports.end()) return CUDA_ERROR_INVALID_VALUE;  // closed by another thread meanwhile

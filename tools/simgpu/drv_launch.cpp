@@ -2,7 +2,7 @@
 // memory nodes (drv_graph_memory.cpp), built by hand or captured from a stream, and cuGraphLaunch.
 #include <cstring>
 
-#include "graph.h"
+#include "capture.h"
 
 namespace simgpu {
 
@@ -33,12 +33,51 @@ GraphNode* add_node_locked(Graph* g, CUgraphNodeType type, const CUgraphNode* de
   return raw;
 }
 
-GraphNode* capture_node_locked(Stream* s, CUgraphNodeType type) {
-  Graph* g = s->capture;
-  std::vector<CUgraphNode> deps;
-  if (!g->nodes.empty()) deps.push_back(reinterpret_cast<CUgraphNode>(g->nodes.back().get()));
-  return add_node_locked(g, type, deps.data(), deps.size());
+void destroy_graph_locked(Graph* g) {
+  for (auto& n : g->nodes)
+    if (n->child) destroy_graph_locked(n->child);  // a child graph goes with its node
+  graph_memory_graph_destroyed_locked(g);
+  for (auto& n : g->nodes) remove_live_locked(n.get());
+  remove_live_locked(g);
+  delete g;
 }
+
+namespace {
+
+// An executable graph runs its nodes one after another: a child graph's nodes stand in for its node.
+void flatten_into(const Graph& g, std::vector<GraphNode>& out) {
+  for (const auto& n : g.nodes) {
+    if (n->child) {
+      flatten_into(*n->child, out);
+      continue;
+    }
+    out.push_back(*n);
+    out.back().origin = n.get();
+  }
+}
+
+// A copy of `from` for a child graph node (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE), dependencies
+// mapped onto the copies; graphs with memory nodes cannot be cloned.
+Graph* clone_graph_locked(const Graph& from) {
+  auto* g = new Graph();
+  add_live_locked(g);
+  std::map<const GraphNode*, GraphNode*> copies;
+  for (const auto& n : from.nodes) {
+    auto c = std::make_unique<GraphNode>(*n);
+    c->graph = g;
+    for (GraphNode*& d : c->deps) d = copies[d];
+    if (n->child) {
+      c->child = clone_graph_locked(*n->child);
+      c->child->parent = c.get();
+    }
+    copies[n.get()] = c.get();
+    add_live_locked(c.get());
+    g->nodes.push_back(std::move(c));
+  }
+  return g;
+}
+
+}  // namespace
 
 namespace {
 
@@ -71,6 +110,7 @@ CUresult launch(Function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
   if (CUresult r = check_launch_locked(f, gx, gy, gz, bx, by, bz, shmem)) return r;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream_locked(hs, pt, &s)) return r;
+  if (CUresult r = capture_submit_check_locked(s, "cuLaunchKernel")) return r;
   if (s->capture) {
     GraphNode proto;
     proto.type = CU_GRAPH_NODE_TYPE_KERNEL;
@@ -98,58 +138,6 @@ Graph* live_graph_locked(CUgraph h) {
   return is_live_locked(g) ? g : nullptr;
 }
 
-CUresult begin_capture(CUstream hs, CUstreamCaptureMode mode, bool pt) {
-  Stream* s = nullptr;
-  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
-  Driver& g = driver();
-  std::lock_guard<std::mutex> lk(g.mu);
-  if (s->legacy) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // the legacy stream cannot be captured
-  if (s->capture) return CUDA_ERROR_ILLEGAL_STATE;
-  s->capture = new Graph();
-  add_live_locked(s->capture);
-  s->capture_mode = mode;
-  s->capture_id = g.next_id++;
-  return CUDA_SUCCESS;
-}
-
-CUresult end_capture(CUstream hs, CUgraph* out, bool pt) {
-  if (!out) return CUDA_ERROR_INVALID_VALUE;
-  Stream* s = nullptr;
-  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
-  std::lock_guard<std::mutex> lk(driver().mu);
-  if (!s->capture) return CUDA_ERROR_ILLEGAL_STATE;
-  *out = reinterpret_cast<CUgraph>(s->capture);
-  s->capture = nullptr;
-  return CUDA_SUCCESS;
-}
-
-CUresult is_capturing(CUstream hs, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* graph, bool pt) {
-  if (!st) return CUDA_ERROR_INVALID_VALUE;
-  Stream* s = nullptr;
-  if (CUresult r = resolve_stream(hs, pt, &s)) return r;
-  std::lock_guard<std::mutex> lk(driver().mu);
-  *st = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
-  if (id && s->capture) *id = s->capture_id;
-  if (graph) *graph = reinterpret_cast<CUgraph>(s->capture);
-  return CUDA_SUCCESS;
-}
-
-CUresult capture_info(CUstream hs, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* graph,
-                      const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* ndeps, bool pt) {
-  if (CUresult r = is_capturing(hs, st, id, graph, pt)) return r;
-  // The dependency set of a capturing stream is its last captured node.
-  static thread_local CUgraphNode last;
-  Stream* s = nullptr;
-  resolve_stream(hs, pt, &s);
-  std::lock_guard<std::mutex> lk(driver().mu);
-  const bool has = s->capture && !s->capture->nodes.empty();
-  if (has) last = reinterpret_cast<CUgraphNode>(s->capture->nodes.back().get());
-  if (deps) *deps = has ? &last : nullptr;
-  if (edges) *edges = nullptr;
-  if (ndeps) *ndeps = has ? 1 : 0;
-  return CUDA_SUCCESS;
-}
-
 bool has_memory_nodes(const GraphExec* exec) {
   for (const GraphNode& n : exec->nodes)
     if (n.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC || n.type == CU_GRAPH_NODE_TYPE_MEM_FREE) return true;
@@ -169,7 +157,8 @@ CUresult graph_launch(CUgraphExec he, CUstream hs, bool pt) {
   std::lock_guard<std::mutex> lk(g.mu);
   auto* exec = reinterpret_cast<GraphExec*>(he);
   if (!is_live_locked(exec)) return CUDA_ERROR_INVALID_HANDLE;
-  if (s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (CUresult r = capture_submit_check_locked(s, "cuGraphLaunch")) return r;
+  if (s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;  // launching a graph is not captured here
   // Memory nodes: physical memory at the first launch (CUDA_ERROR_OUT_OF_MEMORY when the device
   // lacks it), and the allocations' lifetimes; an error leaves nothing queued.
   const bool memory = has_memory_nodes(exec);
@@ -187,6 +176,9 @@ CUresult graph_launch(CUgraphExec he, CUstream hs, bool pt) {
       CUhostFn fn = n.host_fn;
       void* data = n.host_data;
       op.host = [fn, data] { fn(data); };
+    } else if (n.work) {  // a captured copy or set
+      op.kind = Op::Kind::host;
+      op.host = n.work;
     } else {
       continue;
     }
@@ -228,7 +220,8 @@ CUresult instantiate(CUgraphExec* out, CUgraph hg, unsigned long long flags) {
   Graph* g = live_graph_locked(hg);
   if (!g) return CUDA_ERROR_INVALID_VALUE;
   auto exec = std::make_unique<GraphExec>();
-  for (auto& n : g->nodes) exec->nodes.push_back(*n);
+  if (g->parent) return CUDA_ERROR_INVALID_VALUE;  // a child graph is instantiated with its parent
+  flatten_into(*g, exec->nodes);
   exec->flags = flags;
   if (CUresult r = graph_memory_instantiate_locked(g, exec.get())) return r;
   // CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD: an upload right after instantiation.
@@ -287,29 +280,94 @@ extern "C" {
     return launch_ex(c, f, params, extra, PT);                                                                   \
   }                                                                                                              \
   CUresult cuGraphLaunch##SUFFIX(CUgraphExec e, CUstream s) { return graph_launch(e, s, PT); }                  \
-  CUresult cuGraphUpload##SUFFIX(CUgraphExec e, CUstream s) { return graph_upload(e, s, PT); }                 \
-  CUresult cuStreamBeginCapture_v2##SUFFIX(CUstream s, CUstreamCaptureMode m) { return begin_capture(s, m, PT); } \
-  CUresult cuStreamBeginCapture##SUFFIX(CUstream s) {                                                           \
-    return begin_capture(s, CU_STREAM_CAPTURE_MODE_GLOBAL, PT);                                                  \
-  }                                                                                                              \
-  CUresult cuStreamEndCapture##SUFFIX(CUstream s, CUgraph* g) { return end_capture(s, g, PT); }                 \
-  CUresult cuStreamIsCapturing##SUFFIX(CUstream s, CUstreamCaptureStatus* st) {                                 \
-    return is_capturing(s, st, nullptr, nullptr, PT);                                                            \
-  }                                                                                                              \
-  CUresult cuStreamGetCaptureInfo##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id) {              \
-    return is_capturing(s, st, id, nullptr, PT);                                                                 \
-  }                                                                                                              \
-  CUresult cuStreamGetCaptureInfo_v2##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g, \
-                                             const CUgraphNode** d, size_t* n) {                                 \
-    return capture_info(s, st, id, g, d, nullptr, n, PT);                                                        \
-  }                                                                                                              \
-  CUresult cuStreamGetCaptureInfo_v3##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g, \
-                                             const CUgraphNode** d, const CUgraphEdgeData** e, size_t* n) {      \
-    return capture_info(s, st, id, g, d, e, n, PT);                                                              \
-  }
+  CUresult cuGraphUpload##SUFFIX(CUgraphExec e, CUstream s) { return graph_upload(e, s, PT); }
 
 SIM_LAUNCH_FAMILY(, false)
 SIM_LAUNCH_FAMILY(_ptsz, true)
+
+// The deprecated launch API: a block shape, shared memory and a parameter buffer set on the function
+// beforehand. Still exported by the CUDA 13 driver, so still a way to launch.
+CUresult cuFuncSetBlockShape(CUfunction hf, int x, int y, int z) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (x <= 0 || y <= 0 || z <= 0) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* f = reinterpret_cast<Function*>(hf);
+  if (!is_live_locked(f)) return CUDA_ERROR_INVALID_HANDLE;
+  f->block[0] = static_cast<unsigned>(x), f->block[1] = static_cast<unsigned>(y), f->block[2] = static_cast<unsigned>(z);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuFuncSetSharedSize(CUfunction hf, unsigned int bytes) {
+  if (CUresult r = ensure_initialized()) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* f = reinterpret_cast<Function*>(hf);
+  if (!is_live_locked(f)) return CUDA_ERROR_INVALID_HANDLE;
+  f->shared_bytes = bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuParamSetSize(CUfunction hf, unsigned int bytes) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (bytes > 4096) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* f = reinterpret_cast<Function*>(hf);
+  if (!is_live_locked(f)) return CUDA_ERROR_INVALID_HANDLE;
+  f->param_buffer.resize(bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuParamSetv(CUfunction hf, int offset, void* ptr, unsigned int bytes) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (offset < 0 || (!ptr && bytes)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* f = reinterpret_cast<Function*>(hf);
+  if (!is_live_locked(f)) return CUDA_ERROR_INVALID_HANDLE;
+  if (static_cast<std::size_t>(offset) + bytes > f->param_buffer.size()) return CUDA_ERROR_INVALID_VALUE;
+  if (bytes) std::memcpy(f->param_buffer.data() + offset, ptr, bytes);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuParamSeti(CUfunction hf, int offset, unsigned int value) { return cuParamSetv(hf, offset, &value, sizeof value); }
+CUresult cuParamSetf(CUfunction hf, int offset, float value) { return cuParamSetv(hf, offset, &value, sizeof value); }
+
+CUresult cuLaunchGridAsync(CUfunction hf, int grid_width, int grid_height, CUstream hs) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (grid_width <= 0 || grid_height <= 0) return CUDA_ERROR_INVALID_VALUE;
+  unsigned block[3];
+  unsigned shared = 0;
+  std::vector<unsigned char> buffer;
+  {
+    std::lock_guard<std::mutex> lk(driver().mu);
+    auto* f = reinterpret_cast<Function*>(hf);
+    if (!is_live_locked(f)) return CUDA_ERROR_INVALID_HANDLE;
+    std::memcpy(block, f->block, sizeof block);
+    shared = f->shared_bytes;
+    buffer = f->param_buffer;
+  }
+  std::size_t size = buffer.size();
+  void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, buffer.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                   CU_LAUNCH_PARAM_END};
+  return launch(reinterpret_cast<Function*>(hf), static_cast<unsigned>(grid_width), static_cast<unsigned>(grid_height),
+                1, block[0], block[1], block[2], shared, hs, nullptr, buffer.empty() ? nullptr : extra, false);
+}
+
+CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height) {
+  return cuLaunchGridAsync(f, grid_width, grid_height, nullptr);
+}
+
+CUresult cuLaunch(CUfunction f) { return cuLaunchGridAsync(f, 1, 1, nullptr); }
+
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* list, unsigned int count, unsigned int flags) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!list || count == 0 || (flags & ~3u)) return CUDA_ERROR_INVALID_VALUE;
+  for (unsigned i = 0; i < count; ++i) {
+    const CUDA_LAUNCH_PARAMS& p = list[i];
+    if (CUresult r = launch(reinterpret_cast<Function*>(p.function), p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX,
+                            p.blockDimY, p.blockDimZ, p.sharedMemBytes, p.hStream, p.kernelParams, nullptr, false))
+      return r;
+  }
+  return CUDA_SUCCESS;
+}
 
 CUresult cuGraphCreate(CUgraph* out, unsigned int flags) {
   if (CUresult r = ensure_initialized()) return r;
@@ -325,11 +383,8 @@ CUresult cuGraphDestroy(CUgraph hg) {
   if (CUresult r = ensure_initialized()) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
   Graph* g = live_graph_locked(hg);
-  if (!g) return CUDA_ERROR_INVALID_VALUE;
-  graph_memory_graph_destroyed_locked(g);
-  for (auto& n : g->nodes) remove_live_locked(n.get());
-  remove_live_locked(g);
-  delete g;
+  if (!g || g->parent) return CUDA_ERROR_INVALID_VALUE;  // a child graph goes with its parent
+  destroy_graph_locked(g);
   return CUDA_SUCCESS;
 }
 
@@ -382,13 +437,12 @@ CUresult cuGraphExecKernelNodeSetParams_v2(CUgraphExec he, CUgraphNode hn, const
   auto* exec = reinterpret_cast<GraphExec*>(he);
   auto* node = reinterpret_cast<GraphNode*>(hn);
   if (!is_live_locked(exec) || !is_live_locked(node)) return CUDA_ERROR_INVALID_VALUE;
-  // The exec holds copies in the graph's order: find the copy by position.
-  auto& nodes = node->graph->nodes;
-  for (std::size_t i = 0; i < nodes.size() && i < exec->nodes.size(); ++i) {
-    if (nodes[i].get() != node) continue;
-    exec->nodes[i].func = f;
-    exec->nodes[i].kernel = *p;
-    exec->nodes[i].kernel_ns = kernel_duration_ns(f, p->kernelParams, p->extra);
+  // The exec holds copies of the nodes: find the copy of this one.
+  for (GraphNode& copy : exec->nodes) {
+    if (copy.origin != node) continue;
+    copy.func = f;
+    copy.kernel = *p;
+    copy.kernel_ns = kernel_duration_ns(f, p->kernelParams, p->extra);
     return CUDA_SUCCESS;
   }
   return CUDA_ERROR_INVALID_VALUE;
@@ -415,6 +469,64 @@ CUresult cuGraphAddHostNode(CUgraphNode* out, CUgraph hg, const CUgraphNode* dep
   node->host_fn = p->fn;
   node->host_data = p->userData;
   *out = reinterpret_cast<CUgraphNode>(node);
+  return CUDA_SUCCESS;
+}
+
+// Child graph nodes. The legacy call clones the child, which may then hold no memory nodes;
+// cuGraphAddNode with CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE moves it in, memory nodes and all
+// (CUDA 12.9), and the child then lives and dies with its parent.
+CUresult add_child_graph_node(CUgraphNode* out, CUgraph hg, const CUgraphNode* deps, size_t n, CUgraph hchild,
+                              bool move) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!out || (n && !deps)) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  Graph* g = live_graph_locked(hg);
+  Graph* child = live_graph_locked(hchild);
+  if (!g || !child || child == g || child->parent) return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < n; ++i)
+    if (!is_live_locked(reinterpret_cast<GraphNode*>(deps[i]))) return CUDA_ERROR_INVALID_VALUE;
+  if (!move && child->has_memory_nodes) return CUDA_ERROR_INVALID_VALUE;
+  if (move && child->instance) return CUDA_ERROR_INVALID_VALUE;  // "cannot be moved" once instantiated
+  GraphNode* node = add_node_locked(g, CU_GRAPH_NODE_TYPE_GRAPH, deps, n);
+  node->child = move ? child : clone_graph_locked(*child);
+  node->child->parent = node;
+  if (node->child->has_memory_nodes) g->has_memory_nodes = true;
+  *out = reinterpret_cast<CUgraphNode>(node);
+  return CUDA_SUCCESS;
+}
+
+CUresult cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n, CUgraph child) {
+  return add_child_graph_node(out, g, deps, n, child, false);
+}
+
+// cuGraphAddNode: child graph nodes only (the other kinds have their own calls here).
+CUresult cuGraphAddNode_v2(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* edges,
+                           size_t n, CUgraphNodeParams* params) {
+  if (!params) return CUDA_ERROR_INVALID_VALUE;
+  if (edges) return CUDA_ERROR_NOT_SUPPORTED;
+  if (params->type != CU_GRAPH_NODE_TYPE_GRAPH) return CUDA_ERROR_NOT_SUPPORTED;
+  const CUgraphChildGraphNodeOwnership own = params->graph.ownership;
+  if (own != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE && own != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE)
+    return CUDA_ERROR_INVALID_VALUE;
+  const CUresult r = add_child_graph_node(out, g, deps, n, params->graph.graph, own == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE);
+  if (r == CUDA_SUCCESS) {
+    std::lock_guard<std::mutex> lk(driver().mu);
+    params->graph.graph = reinterpret_cast<CUgraph>(reinterpret_cast<GraphNode*>(*out)->child);  // the owned graph
+  }
+  return r;
+}
+
+CUresult cuGraphAddNode(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, size_t n, CUgraphNodeParams* params) {
+  return cuGraphAddNode_v2(out, g, deps, nullptr, n, params);
+}
+
+CUresult cuGraphChildGraphNodeGetGraph(CUgraphNode hn, CUgraph* out) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!out) return CUDA_ERROR_INVALID_VALUE;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* n = reinterpret_cast<GraphNode*>(hn);
+  if (!is_live_locked(n) || n->type != CU_GRAPH_NODE_TYPE_GRAPH) return CUDA_ERROR_INVALID_VALUE;
+  *out = reinterpret_cast<CUgraph>(n->child);
   return CUDA_SUCCESS;
 }
 

@@ -119,10 +119,12 @@ Allocation& record_allocation_locked(std::uintptr_t base, std::size_t size, std:
 }
 
 // Allocates `bytes` of device memory for the current context. `charged` may exceed `bytes` (pitch).
-static CUresult allocate(CUdeviceptr* dptr, std::size_t bytes, MemKind kind, std::uint64_t charged_bytes) {
+static CUresult allocate(CUdeviceptr* dptr, std::size_t bytes, MemKind kind, std::uint64_t charged_bytes,
+                         const char* function) {
   if (!dptr) return CUDA_ERROR_INVALID_VALUE;
   Context* c = nullptr;
   if (CUresult r = current_context(&c)) return r;
+  if (CUresult r = unsafe_call_check(function)) return r;
   if (bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   const std::uint64_t charged = round_up(charged_bytes, kAllocAlignment);
   if (charged < charged_bytes) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -144,6 +146,7 @@ static CUresult allocate(CUdeviceptr* dptr, std::size_t bytes, MemKind kind, std
 // passing the allocation to cuMemFreeAsync or cuMemFree", cuGraphAddMemAllocNode).
 static CUresult free_device(CUdeviceptr dptr) {
   if (CUresult r = ensure_initialized()) return r;
+  if (CUresult r = unsafe_call_check("cuMemFree")) return r;
   if (dptr == 0) return CUDA_SUCCESS;
   Driver& g = driver();
   auto freeable = [](const Allocation& a) {
@@ -157,7 +160,7 @@ static CUresult free_device(CUdeviceptr dptr) {
     owner = it->second.ctx;
   }
   // Work still queued may use the memory: a free waits for it, as cudaFree does.
-  if (owner && is_live(owner)) context_synchronize(owner);
+  if (owner && is_live_quiet(owner)) context_synchronize(owner);
   std::lock_guard<std::mutex> lk(g.mu);
   auto it = g.allocations.find(static_cast<std::uintptr_t>(dptr));
   if (it == g.allocations.end() || !freeable(it->second)) return CUDA_ERROR_INVALID_VALUE;
@@ -179,7 +182,9 @@ using namespace simgpu;
 
 extern "C" {
 
-CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) { return allocate(dptr, bytes, MemKind::device, bytes); }
+CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
+  return allocate(dptr, bytes, MemKind::device, bytes, "cuMemAlloc");
+}
 
 CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height, unsigned int elem) {
   if (!dptr || !pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -187,7 +192,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size
   const std::size_t p = round_up(width, kPitchAlignment);
   if (p / height < 1 && height > 1) return CUDA_ERROR_INVALID_VALUE;
   if (height > SIZE_MAX / p) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUresult r = allocate(dptr, p * height, MemKind::device, p * height);
+  CUresult r = allocate(dptr, p * height, MemKind::device, p * height, "cuMemAllocPitch");
   if (r == CUDA_SUCCESS) *pitch = p;
   return r;
 }
@@ -195,7 +200,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size
 CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytes, unsigned int flags) {
   if (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST) return CUDA_ERROR_INVALID_VALUE;
   // Managed memory is charged to the device when it is allocated (no oversubscription modelled).
-  return allocate(dptr, bytes, MemKind::managed, bytes);
+  return allocate(dptr, bytes, MemKind::managed, bytes, "cuMemAllocManaged");
 }
 
 CUresult cuMemFree_v2(CUdeviceptr dptr) { return free_device(dptr); }
@@ -215,6 +220,7 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
 
 CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   if (CUresult r = ensure_initialized()) return r;
+  if (CUresult r = unsafe_call_check("cuMemHostAlloc")) return r;
   if (!pp || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   if (flags & ~0xFu) return CUDA_ERROR_INVALID_VALUE;
   Context* c = nullptr;
@@ -232,6 +238,7 @@ CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHostAlloc(pp, 
 
 CUresult cuMemFreeHost(void* p) {
   if (CUresult r = ensure_initialized()) return r;
+  if (CUresult r = unsafe_call_check("cuMemFreeHost")) return r;
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
   auto it = g.allocations.find(reinterpret_cast<std::uintptr_t>(p));
@@ -371,13 +378,6 @@ CUresult cuPointerSetAttribute(const void*, CUpointer_attribute attr, CUdevicept
   std::lock_guard<std::mutex> lk(driver().mu);
   if (!find_allocation_locked(static_cast<std::uintptr_t>(ptr))) return CUDA_ERROR_INVALID_VALUE;
   return attr == CU_POINTER_ATTRIBUTE_SYNC_MEMOPS ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-}
-
-CUresult cuMemAdvise_v2(CUdeviceptr ptr, size_t, CUmem_advise, CUmemLocation) {
-  if (CUresult r = ensure_initialized()) return r;
-  std::lock_guard<std::mutex> lk(driver().mu);
-  Allocation* a = find_allocation_locked(static_cast<std::uintptr_t>(ptr));
-  return a && a->kind == MemKind::managed ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
 }  // extern "C"

@@ -33,13 +33,24 @@ CUresult build_module(const void* data, std::size_t size, Context* ctx, bool fro
     f->module = m.get();
     m->functions.push_back(std::move(f));
   }
-  // Globals live in ordinary host memory standing for device memory; modules are not charged, as
-  // the real driver counts them in the context's own overhead.
+  // Globals live in ordinary host memory standing for device memory. What they take is charged to
+  // the context's device in whole chunks, as memory the process holds that no allocation call made
+  // (NVML's per-process figure includes it).
+  std::uint64_t global_bytes = 0;
   for (const GlobalInfo& gl : m->image.globals) {
     void* p = map_host_memory(gl.size ? gl.size : 1);
     if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
     std::memset(p, 0, gl.size ? gl.size : 1);  // initial values are not simulated: globals start at zero
     m->globals[gl.name] = {reinterpret_cast<CUdeviceptr>(p), gl.size};
+    global_bytes += gl.size;
+  }
+  if (ctx && global_bytes) {
+    const std::uint64_t charge = (global_bytes + kMemoryGranularity - 1) / kMemoryGranularity * kMemoryGranularity;
+    if (!charge_device(ctx->device, charge)) {
+      for (auto& [name, gv] : m->globals) unmap_host_memory(reinterpret_cast<void*>(gv.first), gv.second ? gv.second : 1);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    m->charged = charge;
   }
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
@@ -60,6 +71,7 @@ void unload_module_locked(Module* m) {
     g.allocations.erase(static_cast<std::uintptr_t>(gv.first));
     unmap_host_memory(reinterpret_cast<void*>(gv.first), gv.second ? gv.second : 1);
   }
+  if (m->charged) uncharge_device(m->ctx->device, m->charged);
   remove_live_locked(m);
   delete m;
 }
@@ -94,6 +106,17 @@ Function* find_function_locked(Module* m, const char* name) {
 }
 
 }  // namespace
+
+void destroy_context_modules_locked(Context* c) {
+  std::vector<Module*> owned;
+  for (const auto& [handle, kind] : driver().live)
+    if (kind == HandleKind::module) {
+      auto* m = static_cast<Module*>(const_cast<void*>(handle));
+      if (m->ctx == c && !m->from_library) owned.push_back(m);
+    }
+  for (Module* m : owned) unload_module_locked(m);
+}
+
 }  // namespace simgpu
 
 using namespace simgpu;

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "driver.h"
+#include "capture.h"
 
 namespace simgpu {
 
@@ -22,6 +22,15 @@ CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out) 
 }
 
 CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream** out) {
+  // A created stream names its context itself: no current context is needed (another thread may
+  // end a relaxed capture, or query, with none).
+  const bool default_stream = handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD;
+  if (!default_stream) {
+    auto* s = reinterpret_cast<Stream*>(handle);
+    if (!is_live_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
+    *out = s;
+    return CUDA_SUCCESS;
+  }
   Context* c = nullptr;
   if (CUresult r = current_context_locked(&c)) return r;
   Driver& g = driver();
@@ -43,13 +52,7 @@ CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream*
     *out = pt.stream;
     return CUDA_SUCCESS;
   }
-  if (handle == nullptr || handle == CU_STREAM_LEGACY) {
-    *out = c->null_stream;
-    return CUDA_SUCCESS;
-  }
-  auto* s = reinterpret_cast<Stream*>(handle);
-  if (!is_live_locked(s)) return CUDA_ERROR_INVALID_HANDLE;
-  *out = s;
+  *out = c->null_stream;
   return CUDA_SUCCESS;
 }
 
@@ -91,13 +94,14 @@ CUresult stream_query(CUstream h, bool pt) {
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(h, pt, &s)) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
+  if (CUresult r = capture_sync_check_locked(s, "cuStreamQuery")) return r;
   return s->queue.empty() ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 CUresult stream_sync(CUstream h, bool pt) {
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(h, pt, &s)) return r;
-  return stream_synchronize(s);
+  return stream_synchronize(s, "cuStreamSynchronize");
 }
 
 CUresult stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool pt) {
@@ -108,6 +112,10 @@ CUresult stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool pt) {
   std::lock_guard<std::mutex> lk(g.mu);
   auto* e = reinterpret_cast<Event*>(ev);
   if (!is_live_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
+  bool captured = false;
+  if (CUresult r = capture_wait_event_locked(s, e, flags, &captured)) return r;
+  if (captured) return CUDA_SUCCESS;  // a dependency in the graph being captured, no stream work
+  if (CUresult r = capture_submit_check_locked(s, "cuStreamWaitEvent")) return r;
   if (e->recorded == 0 || e->completed >= e->recorded) return CUDA_SUCCESS;  // nothing to wait for
   Op op;
   op.kind = Op::Kind::wait_event;
@@ -117,13 +125,24 @@ CUresult stream_wait_event(CUstream h, CUevent ev, unsigned flags, bool pt) {
   return CUDA_SUCCESS;
 }
 
-CUresult add_host_call(CUstream h, std::function<void()> fn, bool pt) {
+// cuLaunchHostFunc (captured as a host node) and cuStreamAddCallback (not allowed in a capture).
+CUresult add_host_call(CUstream h, std::function<void()> fn, CUhostFn node_fn, void* node_data, bool pt,
+                       const char* function) {
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(h, pt, &s)) return r;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  if (CUresult r = capture_submit_check_locked(s, function)) return r;
+  if (s->capture) {
+    if (!node_fn) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    GraphNode* n = capture_node_locked(s, CU_GRAPH_NODE_TYPE_HOST);
+    n->host_fn = node_fn;
+    n->host_data = node_data;
+    return CUDA_SUCCESS;
+  }
   Op op;
   op.kind = Op::Kind::host;
   op.host = std::move(fn);
-  enqueue(s, std::move(op));
+  enqueue_locked(s, std::move(op));
   return CUDA_SUCCESS;
 }
 
@@ -134,7 +153,13 @@ CUresult event_record(CUevent ev, CUstream h, bool pt) {
   std::lock_guard<std::mutex> lk(g.mu);
   auto* e = reinterpret_cast<Event*>(ev);
   if (!is_live_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
-  if (s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (CUresult r = capture_submit_check_locked(s, "cuEventRecord")) return r;
+  if (s->capture) {
+    capture_record_event_locked(s, e);
+    return CUDA_SUCCESS;
+  }
+  e->captured_id = 0;
+  e->captured_deps.clear();
   Op op;
   op.kind = Op::Kind::event_record;
   op.event = e;
@@ -157,6 +182,7 @@ CUresult cuStreamDestroy_v2(CUstream h) {
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* s = reinterpret_cast<Stream*>(h);
   if (!is_live_locked(s) || s->legacy) return CUDA_ERROR_INVALID_HANDLE;
+  capture_stream_destroyed_locked(s);
   destroy_stream_locked(s);
   return CUDA_SUCCESS;
 }
@@ -186,12 +212,13 @@ CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int f) { return 
   }                                                                                                           \
   CUresult cuLaunchHostFunc##SUFFIX(CUstream h, CUhostFn fn, void* data) {           \
     if (!fn) return CUDA_ERROR_INVALID_VALUE;                                        \
-    return add_host_call(h, [fn, data] { fn(data); }, PT);                           \
+    return add_host_call(h, [fn, data] { fn(data); }, fn, data, PT, "cuLaunchHostFunc"); \
   }                                                                                  \
   CUresult cuStreamAddCallback##SUFFIX(CUstream h, CUstreamCallback cb, void* data,  \
                                        unsigned int flags) {                         \
     if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;                          \
-    return add_host_call(h, [cb, data, h] { cb(h, CUDA_SUCCESS, data); }, PT);       \
+    return add_host_call(h, [cb, data, h] { cb(h, CUDA_SUCCESS, data); }, nullptr, nullptr, PT, \
+                         "cuStreamAddCallback");                                     \
   }                                                                                  \
   CUresult cuEventRecord##SUFFIX(CUevent e, CUstream h) { return event_record(e, h, PT); } \
   CUresult cuEventRecordWithFlags##SUFFIX(CUevent e, CUstream h, unsigned int f) {   \
@@ -240,6 +267,7 @@ CUresult cuEventQuery(CUevent ev) {
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* e = reinterpret_cast<Event*>(ev);
   if (!is_live_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = capture_event_check_locked(e, "cuEventQuery")) return r;
   return e->completed >= e->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -249,6 +277,7 @@ CUresult cuEventSynchronize(CUevent ev) {
   std::unique_lock<std::mutex> lk(g.mu);
   auto* e = reinterpret_cast<Event*>(ev);
   if (!is_live_locked(e)) return CUDA_ERROR_INVALID_HANDLE;
+  if (CUresult r = capture_event_check_locked(e, "cuEventSynchronize")) return r;
   const std::uint64_t target = e->recorded;
   g.done_cv.wait(lk, [&] { return e->completed >= target; });
   const int device = e->ctx->device;

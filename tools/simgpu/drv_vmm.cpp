@@ -77,6 +77,7 @@ CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp* pro
 CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop,
                      unsigned long long flags) {
   if (CUresult r = ensure_initialized()) return r;
+  if (CUresult r = unsafe_call_check("cuMemCreate")) return r;
   if (!handle || !prop || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
     return CUDA_ERROR_INVALID_VALUE;
@@ -99,6 +100,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   if (CUresult r = ensure_initialized()) return r;
+  if (CUresult r = unsafe_call_check("cuMemRelease")) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* p = reinterpret_cast<PhysicalAllocation*>(handle);
   if (!is_live_locked(p)) return CUDA_ERROR_INVALID_VALUE;
@@ -145,6 +147,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags) {
   if (CUresult r = ensure_initialized()) return r;
+  if (CUresult r = unsafe_call_check("cuMemMap")) return r;
   if (flags != 0 || size == 0 || size % kMemoryGranularity || offset % kMemoryGranularity)
     return CUDA_ERROR_INVALID_VALUE;
   Driver& g = driver();
@@ -168,6 +171,7 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
   if (CUresult r = ensure_initialized()) return r;
+  if (CUresult r = unsafe_call_check("cuMemUnmap")) return r;
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
   auto it = g_mappings.find(static_cast<std::uintptr_t>(ptr));

@@ -6,7 +6,7 @@
 
 #include <thread>
 
-#include "driver.h"
+#include "capture.h"
 
 namespace simgpu {
 
@@ -178,11 +178,11 @@ bool context_idle_locked(Context* c) {
   return true;
 }
 
-CUresult stream_synchronize(Stream* s) {
+CUresult stream_synchronize(Stream* s, const char* function) {
   Driver& g = driver();
   {
     std::unique_lock<std::mutex> lk(g.mu);
-    if (s->capture) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (CUresult r = capture_sync_check_locked(s, function)) return r;
     // Legacy semantics: syncing the NULL stream waits for the blocking streams' earlier work too.
     g.done_cv.wait(lk, [&] {
       if (!s->queue.empty()) return false;
@@ -197,10 +197,12 @@ CUresult stream_synchronize(Stream* s) {
   return CUDA_SUCCESS;
 }
 
-CUresult context_synchronize(Context* c) {
+CUresult context_synchronize(Context* c, const char* function) {
   Driver& g = driver();
   {
     std::unique_lock<std::mutex> lk(g.mu);
+    if (function != nullptr)
+      if (CUresult r = capture_context_check_locked(c, function)) return r;
     g.done_cv.wait(lk, [&] { return context_idle_locked(c); });
   }
   pool_trim_at_sync(c->device);

@@ -18,6 +18,9 @@ struct GraphNode {
   CUDA_KERNEL_NODE_PARAMS kernel{};  // as given (pointers to the caller's parameters are not kept)
   CUhostFn host_fn = nullptr;
   void* host_data = nullptr;
+  std::function<void()> work;  // a captured copy or set: what it does when the graph runs
+  struct Graph* child = nullptr;  // a child graph node's graph, owned by the node (destroyed with it)
+  const GraphNode* origin = nullptr;  // in an executable graph: the node this copy was made from
   std::vector<GraphNode*> deps;
   struct Graph* graph = nullptr;
   // Memory nodes: an allocation node's range (shared with the executable graphs' copies of the
@@ -31,7 +34,9 @@ struct GraphNode {
 
 struct Graph {
   std::vector<std::unique_ptr<GraphNode>> nodes;  // in insertion order, which is a topological order
-  bool has_memory_nodes = false;
+  bool has_memory_nodes = false;  // its own, or those of a child graph moved into it
+  GraphNode* parent = nullptr;    // a child graph: the node that owns it (it cannot be destroyed or
+                                  // instantiated by itself)
   struct GraphExec* instance = nullptr;  // with memory nodes: its one executable graph, while that lives
 };
 
@@ -43,9 +48,11 @@ struct GraphExec {
   bool destroyed = false;        // cuGraphExecDestroy while in flight: freed by the last launch's end
 };
 
-// Capture: a node appended to the graph the stream is capturing, after its last node (g.mu held).
+// Capture: a node appended to the graph the stream is capturing, after the stream's last captured
+// work (drv_capture.cpp; g.mu held).
 GraphNode* capture_node_locked(Stream* s, CUgraphNodeType type);
 GraphNode* add_node_locked(Graph* g, CUgraphNodeType type, const CUgraphNode* deps, std::size_t ndeps);
+void destroy_graph_locked(Graph* g);  // with its nodes and what they hold (g.mu held)
 
 // --- drv_graph_memory.cpp, all with g.mu held ---
 // Checks an allocation node's parameters and gives it its address range (params.dptr); then, once
