@@ -49,6 +49,15 @@ std::vector<Charge> AllocationTable::take_owned_by(std::uint64_t owner) {
   return taken;
 }
 
+std::size_t AllocationTable::count_owned_by(std::uint64_t owner) const {
+  std::size_t n = 0;
+  for (Shard& s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (const auto& entry : s.entries) n += entry.second.owner == owner;
+  }
+  return n;
+}
+
 std::size_t AllocationTable::size() const {
   std::size_t n = 0;
   for (Shard& s : shards_) {

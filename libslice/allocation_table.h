@@ -33,6 +33,8 @@ class AllocationTable {
   // Removes every entry of `owner` (its context was destroyed, which frees them) and returns them.
   // A walk of the whole table: for rare events only.
   std::vector<Charge> take_owned_by(std::uint64_t owner);
+  // How many entries `owner` has (a walk too).
+  std::size_t count_owned_by(std::uint64_t owner) const;
 
  private:
   static constexpr std::size_t kShards = 64;  // threads allocating at once rarely share a lock

@@ -87,7 +87,10 @@ bool Coordinator::claim_slot(std::string& error) {
       slot_ = i;
       // What a dead owner may have left mid-change: changes under way it never finished would stall
       // every recount, and a recount it never finished would look like ours (slot + 1).
-      for (SlotDevice& sd : s.devices) sd.flight.store(0), sd.compute.store(0);
+      for (SlotDevice& sd : s.devices) sd.flight.store(0), sd.compute.store(0), sd.overhead.store(0);
+      // IPC exports a dead owner of this slot left would read as ours.
+      for (auto& e : f.ipc_exports)
+        if (std::uint64_t v = e.load(); v != 0 && static_cast<int>(v & 0x7FF) - 1 == i) e.compare_exchange_strong(v, 0);
       std::uint32_t dead_recounter = static_cast<std::uint32_t>(i + 1);
       f.header.recount_owner.compare_exchange_strong(dead_recounter, 0);
       ledger_ = std::make_unique<MemoryLedger>(*tenant_, slot_);
@@ -194,7 +197,10 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
   for (std::size_t i = 0; i < c->cap_count_; ++i) c->compute_shares_[i].store(100);
   c->caps_ = std::make_unique<std::atomic<std::uint64_t>[]>(std::max<std::size_t>(c->cap_count_, 1));
   for (std::size_t i = 0; i < c->cap_count_; ++i) c->caps_[i].store(kNoLimit);
-  for (const DeviceInfo& d : r.devices) c->device_totals_.push_back(d.total_bytes);
+  for (const DeviceInfo& d : r.devices) {
+    c->device_totals_.push_back(d.total_bytes);
+    c->device_uuids_.push_back(d.uuid);
+  }
   c->refresh_policy();
   // Settings first, then the stamp: a reader that sees the stamp sees this tenant's priority.
   const std::uint32_t stamp = joined_stamp_ms(monotonic_ns());
@@ -232,12 +238,12 @@ void Coordinator::refresh_policy() {
   compute_limit_.store(std::clamp<std::uint32_t>(limit, 1, 100));
   compute_priority_.store(stored_priority(priority));
   for (std::size_t i = 0; i < cap_count_; ++i) {
-    const DeviceEntry& e = f.devices[entries_[i]];
     std::uint64_t cap = f.header.registered.memory_bytes[entries_[i]];
-    // The administrator's word wins over anything a tenant registered. A percentage is of the
-    // size the driver reports, never of the size in the tenant's own (writable) file.
+    // The administrator's word wins over anything a tenant registered. The GPU is the one the driver
+    // named (never the UUID in the tenant's own, writable, file), and a percentage is of the size the
+    // driver reports.
     if (have)
-      if (const auto w = p.memory_for(e.uuid)) cap = w->bytes_on(device_totals_[i]);
+      if (const auto w = p.memory_for(device_uuids_[i].data())) cap = w->bytes_on(device_totals_[i]);
     caps_[i].store(cap);
     // The share: the administrator's, else what was registered for this GPU, else for all.
     const std::uint32_t per_gpu = f.header.registered.compute_shares[entries_[i]];
@@ -296,36 +302,49 @@ std::uint64_t Coordinator::usage_without_dead(int device) {
 }
 
 namespace {
-constexpr int kIpcProbe = 16;  // entries tried from a digest's home
 std::uint64_t ipc_entry(std::uint64_t digest, int slot) {
   return (digest << 11) | static_cast<std::uint64_t>(slot + 1);
 }
+constexpr std::uint64_t kIpcDigestMask = ~0ull >> 11;
 }  // namespace
 
-void Coordinator::note_ipc_export(std::uint64_t digest) {
-  if (forked_) return;
+bool Coordinator::note_ipc_export(std::uint64_t digest) {
+  if (forked_) return true;
   auto& table = tenant_->file().ipc_exports;
   const std::uint64_t mine = ipc_entry(digest, slot_);
-  const std::size_t home = static_cast<std::size_t>(digest % kIpcExports);
+  const std::size_t home = static_cast<std::size_t>((digest & kIpcDigestMask) % kIpcExports);
+  for (int i = 0; i < kIpcProbe; ++i) {
+    if (table[(home + i) % kIpcExports].load() == mine) return true;  // exported before
+  }
   for (int i = 0; i < kIpcProbe; ++i) {
     auto& e = table[(home + i) % kIpcExports];
     std::uint64_t seen = e.load();
-    if (seen == mine) return;
     const int owner = static_cast<int>(seen & 0x7FF) - 1;
-    // Take an empty entry, one of a process that is gone, or one this process left before.
-    const bool free = seen == 0 || owner == slot_ || owner >= kMaxProcesses || !tenant_->slot_held_by_other(owner);
-    if (free && e.compare_exchange_strong(seen, mine)) return;
+    // Free: empty, or left by a process that is gone. Never another export that is still live.
+    const bool free = seen == 0 || owner < 0 || owner >= kMaxProcesses ||
+                      (owner != slot_ && !tenant_->slot_held_by_other(owner));
+    if (free && e.compare_exchange_strong(seen, mine)) return true;
   }
-  // Full around its home: the oldest guess is overwritten (an open then charges once more: safe).
-  table[home].store(mine);
+  return false;  // full around its home: an open of it is charged once more (safe, never less)
+}
+
+void Coordinator::withdraw_ipc_export(std::uint64_t digest) {
+  if (forked_) return;
+  auto& table = tenant_->file().ipc_exports;
+  std::uint64_t mine = ipc_entry(digest, slot_);
+  const std::size_t home = static_cast<std::size_t>((digest & kIpcDigestMask) % kIpcExports);
+  for (int i = 0; i < kIpcProbe; ++i) {
+    std::uint64_t expected = mine;
+    table[(home + i) % kIpcExports].compare_exchange_strong(expected, 0);
+  }
 }
 
 bool Coordinator::ipc_exported_by_tenant(std::uint64_t digest) const {
   if (forked_) return false;
   const auto& table = tenant_->file().ipc_exports;
-  const std::size_t home = static_cast<std::size_t>(digest % kIpcExports);
-  const std::uint64_t wanted = digest & (~0ull >> 11);
-  for (int i = 0; i < kIpcProbe; ++i) {
+  const std::size_t home = static_cast<std::size_t>((digest & kIpcDigestMask) % kIpcExports);
+  const std::uint64_t wanted = digest & kIpcDigestMask;
+  for (int i = 0; i < kIpcProbe; ++i) {  // every entry of the window: withdrawals leave holes
     const std::uint64_t e = table[(home + i) % kIpcExports].load();
     if (e == 0 || (e >> 11) != wanted) continue;
     const int owner = static_cast<int>(e & 0x7FF) - 1;

@@ -65,9 +65,11 @@ class Coordinator {
   // The same after giving back what dead processes still hold (for reports, not the hot path).
   std::uint64_t usage_without_dead(int device);
 
-  // CUDA IPC: remembers that this process exported the handle with this digest; tells whether a
-  // live process of the tenant did (then opening it is not new memory for the tenant).
-  void note_ipc_export(std::uint64_t digest);
+  // CUDA IPC: remembers that this process exported the handle with this digest (false: no room
+  // left near its place in the table); forgets it when its memory is freed; tells whether a live
+  // process of the tenant exported it (then opening it is not new memory for the tenant).
+  bool note_ipc_export(std::uint64_t digest);
+  void withdraw_ipc_export(std::uint64_t digest);
   bool ipc_exported_by_tenant(std::uint64_t digest) const;
 
   // Compute: the tenant's effective settings (an administrator's policy, else what it registered),
@@ -115,6 +117,7 @@ class Coordinator {
   std::unique_ptr<std::atomic<std::uint64_t>[]> caps_;
   std::size_t cap_count_ = 0;
   std::vector<std::uint64_t> device_totals_;  // as the driver reported them
+  std::vector<Uuid> device_uuids_;            // likewise
   std::unique_ptr<std::atomic<std::uint32_t>[]> compute_shares_;  // per JoinRequest device
   std::atomic<std::uint32_t> compute_limit_{100}, compute_priority_{0};
   bool stale_slot_ = false;          // our slot was a dead process's

@@ -21,13 +21,15 @@
 namespace slice {
 
 constexpr std::uint32_t kTenantMagic = 0x544c4353;  // "SCLT"
-constexpr std::uint32_t kTenantVersion = 3;  // 2: IPC exports, compute; 3: usage records
+// 2: IPC exports, compute; 3: usage records; 4: 4096 IPC exports, withdrawn at free; overhead
+constexpr std::uint32_t kTenantVersion = 4;
 constexpr int kMaxDevices = 16;           // distinct GPUs (by UUID) a tenant can use
 constexpr int kMaxProcesses = 1024;       // process slots per tenant
 constexpr int kMaxTenants = 256;          // tenants listed per device by the tools (more may exist)
 constexpr int kTenantNameMax = static_cast<int>(kMaxTenantNameLength);  // also a file name
 constexpr int kDeviceNameMax = 95;
-constexpr int kIpcExports = 256;         // remembered CUDA IPC exports per tenant (see IpcExport)
+constexpr int kIpcExports = 4096;        // remembered CUDA IPC exports per tenant (see TenantFile)
+constexpr int kIpcProbe = 64;            // entries an export may take, from its digest's home on
 constexpr std::uint64_t kNoLimit = ~0ull;
 
 // Byte offsets of the advisory locks: far past the end of the file, which fcntl locks allow.
@@ -147,6 +149,10 @@ struct SlotDevice {
   // Monotonic time up to which `used` is integrated into the tenant's MemoryMeter (0: not yet).
   // Claimed by compare-and-swap, by the process before each change of `used` and by a sampler.
   std::atomic<std::uint64_t> accrued_ns;
+  // Of `used`: what the driver holds for this process beyond what libslice's hooks charged (module
+  // globals, heap and stack, local memory...), as reconciled with the driver's own per-process
+  // figure (shim/reconcile.cpp). Charged like any memory, and shown apart.
+  std::atomic<std::uint64_t> overhead;
 };
 constexpr std::uint32_t kSlotActive = 1;   // has work on the device
 constexpr std::uint32_t kSlotWanting = 2;  // has work held back by libslice
@@ -180,7 +186,9 @@ struct TenantHeader {
 // CUDA IPC memory a process of the tenant exported (cuIpcGetMemHandle): a 53-bit digest of the
 // handle and the exporter's slot + 1 (11 bits), 0 when empty. A process that opens a handle charges
 // it only when it is not in its own tenant's table with a live exporter: the memory is already
-// charged to the tenant once.
+// charged to the tenant once. An export takes a free entry among the kIpcProbe from its digest's
+// home (one whose exporter is gone counts as free), never another live export's, and is cleared
+// when its memory is freed.
 struct TenantFile {
   TenantHeader header;
   DeviceEntry devices[kMaxDevices];

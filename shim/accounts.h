@@ -11,6 +11,8 @@
 #include <map>
 #include <mutex>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 namespace slice::shim {
 
@@ -32,10 +34,17 @@ class PoolAccounts {
   // A stream-ordered free happened since the last synchronisation: the next one may have let a
   // pool give memory back, so it settles the pools (only then: synchronisations are frequent).
   std::atomic<bool> frees_pending{false};
-  // Pools destroyed while allocations from them were still out: the driver frees their memory with
-  // the last of those frees, so what is still charged for them goes back with each one.
-  std::unordered_map<CUmemoryPool, Pool> orphans;  // guarded by mu
+  // Pools destroyed while allocations from them were still out: the driver keeps the whole pool
+  // until the last of those is freed, so its whole charge stays until then.
+  struct Orphan {
+    int device = 0;
+    std::uint64_t charged = 0;
+    std::size_t outstanding = 0;  // allocations from it not freed yet
+  };
+  std::unordered_map<CUmemoryPool, Orphan> orphans;  // guarded by mu
   std::atomic<std::size_t> orphan_count{0};
+  // Pools in host memory (CU_MEM_LOCATION_TYPE_HOST, _HOST_NUMA): not VRAM, never charged.
+  std::unordered_set<CUmemoryPool> host_pools;  // guarded by mu
 };
 
 // Brings the charge of every known pool on `device` (all devices: -1), its graph memory pool
@@ -77,6 +86,30 @@ class IpcAccounts {
   };
   std::mutex mu;
   std::unordered_map<CUdeviceptr, Open> opens;
+  // What this process exported (cuIpcGetMemHandle), by the exported pointer: the digests written
+  // in the tenant's table, withdrawn when the memory is freed (or its context destroyed).
+  struct Export {
+    std::uint64_t context = 0;
+    std::vector<std::uint64_t> digests;
+  };
+  std::unordered_map<CUdeviceptr, Export> exports;  // guarded by mu
+  std::atomic<std::size_t> export_count{0};         // exports.size(): a free looks only when not 0
 };
+
+// The memory at `dptr` was freed (all of a context's: `context`, dptr 0): its IPC exports are
+// withdrawn from the tenant's table (shim/ipc_hooks.cpp).
+void forget_ipc_exports(Session& s, CUdeviceptr dptr, std::uint64_t context = 0);
+
+// Managed memory (cuMemAllocManaged) is charged to the current device when it is allocated, and
+// follows the whole allocation when advice or a prefetch places it elsewhere: on the host it is
+// charged nothing, on another device it is charged there (shim/managed_hooks.cpp).
+class ManagedAccounts {
+ public:
+  std::mutex mu;
+  std::unordered_map<CUdeviceptr, std::uint64_t> sizes;  // base address -> bytes
+  std::atomic<std::size_t> count{0};                      // sizes.size(): a free looks only when not 0
+};
+void note_managed(Session& s, CUdeviceptr base, std::uint64_t bytes);
+void forget_managed(Session& s, CUdeviceptr base);
 
 }  // namespace slice::shim

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "capture.h"
 #include "compute_board.h"
 #include "crash_handler.h"
 #include "coordinator_layout.h"
@@ -82,8 +83,13 @@ void Compute::stop() {
 
 void Compute::run() {
   load_crash_unwinder();  // off the start-up path: see crash_handler.h
+  // This thread's calls must never count against another thread's capture: in the relaxed mode only
+  // what necessarily conflicts with a capture is prohibited to it (and that it never does: capture.h).
+  CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
+  if (const auto exchange = SLICE_REAL_CU(cuThreadExchangeStreamCaptureMode)) exchange(&relaxed);
   while (!stop_.load(std::memory_order_relaxed)) {
     const std::uint64_t now = monotonic_ns();
+    capture_forget_ended();
     bool busy = false, draining = false, waiting = false;
     for (std::size_t d = 0; d < session_.devices.size(); ++d) {
       ComputeLane& lane = lanes_[d];
@@ -177,24 +183,35 @@ void Compute::tick(int device, std::uint64_t now) {
 bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
   std::uint32_t launched = lane.since_drain.load(std::memory_order_acquire);
   if (launched == 0) return true;
-  {
+  // Targets are only ever live handles: the hooks of the destroys take them out first (under
+  // lane.mu). While a capture is in progress nothing is queried (capture.h): the lane stays as busy
+  // as it was last seen.
+  bool all_done = true;
+  const bool queried = query_outside_capture([&] {
     std::lock_guard<std::mutex> lock(lane.mu);
     for (auto it = lane.targets.begin(); it != lane.targets.end();) {
-      if (only_context != nullptr && it->context != only_context) return false;  // not ours to query
+      if (only_context != nullptr && it->context != only_context) {  // not ours to query
+        all_done = false;
+        return;
+      }
       if (only_context == nullptr && *current != it->context &&
           SLICE_REAL_CU(cuCtxSetCurrent)(it->context) == CUDA_SUCCESS)
         *current = it->context;
       const CUresult rc = it->event != nullptr ? SLICE_REAL_CU(cuEventQuery)(it->event)
                                                : SLICE_REAL_CU(cuStreamQuery)(it->stream);
-      if (rc == CUDA_ERROR_NOT_READY) return false;
-      if (rc != CUDA_SUCCESS) {  // destroyed: forget it (threads register again)
+      if (rc == CUDA_ERROR_NOT_READY) {
+        all_done = false;
+        return;
+      }
+      if (rc != CUDA_SUCCESS) {  // an error of the work itself: nothing more will finish there
         it = lane.targets.erase(it);
         lane.generation.fetch_add(1, std::memory_order_release);
         continue;
       }
       ++it;
     }
-  }
+  });
+  if (!queried || !all_done) return false;
   // Everything submitted before `launched` was read is done. A launch counted since then keeps
   // the lane busy (the exchange fails).
   if (!lane.since_drain.compare_exchange_strong(launched, 0)) return false;
@@ -204,7 +221,10 @@ bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
 }
 
 GateTicket gate_enter(Session& s, CUstream stream, bool per_thread) {
-  const CurrentContext ctx = launch_context(s);
+  return gate_enter_in(s, launch_context(s), stream, per_thread);
+}
+
+GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool per_thread) {
   if (ctx.device < 0 || !s.compute) return {};
   ComputeLane& lane = s.compute->lane(ctx.device);
   if (!lane.used.load(std::memory_order_relaxed)) s.compute->use(ctx.device);
@@ -224,10 +244,19 @@ GateTicket gate_enter(Session& s, CUstream stream, bool per_thread) {
     if (per_thread) {
       // Another thread cannot query this thread's default stream: an event recorded after each
       // launch stands for it.
-      thread_local std::map<std::uint64_t, CUevent> events;
-      CUevent& e = events[ctx.key];
-      if (e == nullptr && SLICE_REAL_CU(cuEventCreate)(&e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) e = nullptr;
-      target.event = e;
+      // An event belongs to its context and dies with it: one made before any context was
+      // destroyed since is never used again (a new context may have the old one's address).
+      struct ThreadEvent {
+        CUevent event = nullptr;
+        std::uint64_t contexts = 0;
+      };
+      thread_local std::map<std::uint64_t, ThreadEvent> events;
+      ThreadEvent& e = events[ctx.key];
+      if (e.event == nullptr || e.contexts != contexts_generation()) {
+        e.contexts = contexts_generation();
+        if (SLICE_REAL_CU(cuEventCreate)(&e.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) e.event = nullptr;
+      }
+      target.event = e.event;
       target.stream = nullptr;
     }
     std::lock_guard<std::mutex> lock(lane.mu);
@@ -263,6 +292,27 @@ void gate_leave(const GateTicket& ticket, CUresult rc) {
   // The first launch after a drain starts the clock the launch cost is measured with.
   if (ticket.lane->since_drain.fetch_add(1, std::memory_order_release) == 0)
     ticket.lane->cycle_start_ns.store(monotonic_ns(), std::memory_order_relaxed);
+}
+
+void forget_targets(Session& s, CUstream stream, CUcontext context) {
+  if (!s.compute) return;
+  for (std::size_t d = 0; d < std::max<std::size_t>(s.devices.size(), 1); ++d) {
+    ComputeLane& lane = s.compute->lane(static_cast<int>(d));
+    std::lock_guard<std::mutex> lock(lane.mu);
+    const auto gone = std::erase_if(lane.targets, [&](const ComputeLane::Target& t) {
+      return (stream != nullptr && t.stream == stream) || (context != nullptr && t.context == context);
+    });
+    if (gone != 0) lane.generation.fetch_add(1, std::memory_order_release);
+  }
+}
+
+void forget_lane_targets(Session& s, int device) {
+  if (!s.compute) return;
+  ComputeLane& lane = s.compute->lane(device);
+  std::lock_guard<std::mutex> lock(lane.mu);
+  if (lane.targets.empty()) return;
+  lane.targets.clear();
+  lane.generation.fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace slice::shim

@@ -86,6 +86,16 @@ struct GateTicket {
   CUevent event = nullptr;  // recorded after a launch to this thread's per-thread default stream
 };
 GateTicket gate_enter(Session& s, CUstream stream, bool per_thread);
+// The same for a launch into a context that need not be the calling thread's current one (a
+// multi-device launch names one stream per device).
+struct CurrentContext;
+GateTicket gate_enter_in(Session& s, CurrentContext context, CUstream stream, bool per_thread);
 void gate_leave(const GateTicket& ticket, CUresult rc);
+
+// The application is about to destroy `stream` (or every stream of `context`, with the context):
+// the watcher forgets them first, so it never queries a destroyed handle (it waits for a query of
+// them already under way). Threads that launch there again register again.
+void forget_targets(Session& s, CUstream stream, CUcontext context);
+void forget_lane_targets(Session& s, int device);  // every one on a device (a primary context's release)
 
 }  // namespace slice::shim

@@ -4,36 +4,14 @@
 // less what this process charged meanwhile (another thread's allocation is not context memory).
 // A context that does not fit in the cap is destroyed again and the call is refused. Destroying
 // a context frees the allocations and arrays made in it, so their charges go with it.
-#include <unistd.h>
-
 #include "accounts.h"
+#include "compute.h"
 #include "hook_support.h"
 #include "log.h"
-#include "nvml_api.h"
+#include "own_nvml.h"
 
 namespace slice::shim {
 namespace {
-
-// This process's memory on a device according to NVML; nullopt where NVML cannot tell (not
-// installed, or the process is not listed under its own PID, as in some containers).
-std::optional<std::uint64_t> process_memory(const SessionDevice& d) {
-  static const bool nvml_ready = [] {
-    const auto init = SLICE_REAL_HOOK(nvmlInit_v2);
-    return init != nullptr && init() == NVML_SUCCESS;
-  }();
-  if (!nvml_ready) return std::nullopt;
-  nvmlDevice_t device = nullptr;
-  const auto by_uuid = SLICE_REAL_NVML(nvmlDeviceGetHandleByUUID);
-  const auto list = SLICE_REAL_HOOK(nvmlDeviceGetComputeRunningProcesses_v3);
-  if (by_uuid == nullptr || list == nullptr || by_uuid(d.uuid_text.c_str(), &device) != NVML_SUCCESS) return std::nullopt;
-  nvmlProcessInfo_t infos[256];
-  unsigned int n = 256;
-  if (list(device, &n, infos) != NVML_SUCCESS) return std::nullopt;
-  const unsigned int self = static_cast<unsigned int>(::getpid());
-  for (unsigned int i = 0; i < n; ++i)
-    if (infos[i].pid == self) return infos[i].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE_ULL ? 0 : infos[i].usedGpuMemory;
-  return 0;  // not listed: nothing on that device yet
-}
 
 struct Measure {
   std::optional<std::uint64_t> process;
@@ -41,7 +19,7 @@ struct Measure {
 };
 
 Measure measure(Session& s, int device) {
-  return {process_memory(s.devices[device]), s.coordinator->mine(device)};
+  return {own_nvml_process_memory(s.devices[device].uuid_text), s.coordinator->mine(device)};
 }
 
 // What the context took: the growth NVML saw less the growth of our own charges.
@@ -59,6 +37,7 @@ void forget_context(Session& s, std::uint64_t ctx) {
   if (const std::optional<Charge> c = s.contexts.take(ctx)) uncharge(s, c->device, c->bytes);
   for (const Charge& c : s.pointers.take_owned_by(ctx)) uncharge(s, c.device, c.bytes);
   for (const Charge& c : s.arrays.take_owned_by(ctx)) uncharge(s, c.device, c.bytes);
+  forget_ipc_exports(s, 0, ctx);  // what it exported is freed with it
   std::lock_guard<std::mutex> lock(s.ipc->mu);  // IPC memory opened in it is closed with it
   std::erase_if(s.ipc->opens, [&](const auto& entry) {
     if (entry.second.context != ctx) return false;
@@ -103,10 +82,19 @@ CUresult create_context(CUcontext* pctx, CUdevice dev, const char* what, Call&& 
       call);
 }
 
+// The compute watcher forgets the context's streams and events before the driver destroys them.
 template <typename Call>
 CUresult destroy_context(CUcontext ctx, Call&& call) {
   current_context_changed_here();
-  return after_success(call, [&](Session& s) { forget_context(s, reinterpret_cast<std::uint64_t>(ctx)); });
+  return accounted(
+      [&](Session& s) {
+        forget_targets(s, nullptr, ctx);
+        contexts_changed();
+        const CUresult rc = call();
+        if (rc == CUDA_SUCCESS) forget_context(s, reinterpret_cast<std::uint64_t>(ctx));
+        return rc;
+      },
+      call);
 }
 
 // After a primary context's release or reset: if it is no longer active, it and what was
@@ -115,6 +103,10 @@ template <typename Call>
 CUresult primary_release(CUdevice dev, Call&& call) {
   return accounted(
       [&](Session& s) {
+        // It may go with this call: the watcher forgets the streams it knows on the device first
+        // (those of other contexts register again at their next launch).
+        if (const int device = s.index_of(dev); device >= 0) forget_lane_targets(s, device);
+        contexts_changed();
         const CUresult rc = call();
         const int device = s.index_of(dev);
         if (rc == CUDA_SUCCESS && device >= 0 && !primary_active(dev))

@@ -46,8 +46,8 @@ namespace slice::shim {
 namespace {
 
 const HookInfo kHooks[] = {
-#define SLICE_HOOK_CU(name, ret, params, args) {#name, HookLibrary::cuda, reinterpret_cast<void*>(&::name)},
-#define SLICE_HOOK_NVML(name, ret, params, args) {#name, HookLibrary::nvml, reinterpret_cast<void*>(&::name)},
+#define SLICE_HOOK_CU(name, ret, params, args) {#name, HookLibrary::cuda, reinterpret_cast<void*>(&::name), Hook::name},
+#define SLICE_HOOK_NVML(name, ret, params, args) {#name, HookLibrary::nvml, reinterpret_cast<void*>(&::name), Hook::name},
 #include "hooked_functions.inc"
 #undef SLICE_HOOK_CU
 #undef SLICE_HOOK_NVML

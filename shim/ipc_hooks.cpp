@@ -3,10 +3,12 @@
 // charged. Exports are remembered in the tenant's file by a digest of the handle. The size is
 // known only once the handle is open, so the charge follows the open; one that does not fit is
 // closed again and refused.
+#include <algorithm>
 #include <cstring>
 
 #include "accounts.h"
 #include "hook_support.h"
+#include "log.h"
 
 namespace slice::shim {
 namespace {
@@ -54,14 +56,40 @@ CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Call&& ca
       call);
 }
 
+void note_export(Session& s, CUdeviceptr dptr, std::uint64_t digest) {
+  if (!s.coordinator->note_ipc_export(digest))
+    log::warn("tenant '" + s.config.tenant + "': its table of CUDA IPC exports is full near this handle's place; "
+              "a process of the tenant that opens it is charged for it again");
+  std::lock_guard<std::mutex> lock(s.ipc->mu);
+  IpcAccounts::Export& e = s.ipc->exports[dptr];
+  if (e.digests.empty()) e.context = current_context(s).key;
+  if (std::find(e.digests.begin(), e.digests.end(), digest) == e.digests.end()) e.digests.push_back(digest);
+  s.ipc->export_count.store(s.ipc->exports.size(), std::memory_order_relaxed);
+}
+
 }  // namespace
+
+void forget_ipc_exports(Session& s, CUdeviceptr dptr, std::uint64_t context) {
+  if (s.ipc->export_count.load(std::memory_order_relaxed) == 0) return;
+  std::lock_guard<std::mutex> lock(s.ipc->mu);
+  for (auto it = s.ipc->exports.begin(); it != s.ipc->exports.end();) {
+    if (context != 0 ? it->second.context != context : it->first != dptr) {
+      ++it;
+      continue;
+    }
+    for (std::uint64_t digest : it->second.digests) s.coordinator->withdraw_ipc_export(digest);
+    it = s.ipc->exports.erase(it);
+  }
+  s.ipc->export_count.store(s.ipc->exports.size(), std::memory_order_relaxed);
+}
+
 }  // namespace slice::shim
 
 using namespace slice::shim;
 
 extern "C" SLICE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
   return after_success([&] { return SLICE_CALL_REAL(cuIpcGetMemHandle, pHandle, dptr); },
-                       [&](Session& s) { s.coordinator->note_ipc_export(digest_of(*pHandle)); });
+                       [&](Session& s) { note_export(s, dptr, digest_of(*pHandle)); });
 }
 
 extern "C" SLICE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags) {

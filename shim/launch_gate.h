@@ -1,16 +1,20 @@
 // gated_launch: what every launch hook (kernels and graphs) does around the driver's call.
 #pragma once
 
+#include "capture.h"
 #include "compute.h"
 #include "hook_support.h"
 
 namespace slice::shim {
 
 // `ptsz`: the _ptsz entry point, whose stream 0 is the calling thread's per-thread default stream.
+// A launch into a stream that is being captured is not device work: it runs, gated, when the graph
+// is launched. It passes straight through, and nothing of libslice touches that stream.
 template <typename Call>
 CUresult gated_launch(CUstream stream, bool ptsz, Call&& call) {
   return accounted(
       [&](Session& s) {
+        if (captures_active() && stream_is_capturing(stream, ptsz)) return call();
         const bool per_thread = stream == CU_STREAM_PER_THREAD || (ptsz && stream == nullptr);
         const GateTicket ticket = gate_enter(s, stream, per_thread);
         const CUresult rc = call();

@@ -11,14 +11,18 @@ namespace {
 // refusal is decided on, and the charge then follows the pitch the driver chose.
 constexpr std::uint64_t kPitchEstimateAlignment = 512;
 
+// `managed`: cuMemAllocManaged, whose memory may move later (shim/managed_hooks.cpp).
 template <typename Call>
-CUresult alloc_on_current_device(const char* what, std::uint64_t bytes, const CUdeviceptr* out, Call&& call) {
+CUresult alloc_on_current_device(const char* what, std::uint64_t bytes, const CUdeviceptr* out, Call&& call,
+                                 bool managed = false) {
   return accounted(
       [&](Session& s) {
         const CurrentContext ctx = current_context(s);
         if (ctx.device < 0) return call();  // no current context: the driver refuses it itself
         const CUresult rc = charge_around(s, ctx.device, bytes, what, call);
-        if (rc == CUDA_SUCCESS) record(s, s.pointers, *out, Charge{ctx.device, bytes, ctx.key});
+        if (rc != CUDA_SUCCESS) return rc;
+        record(s, s.pointers, *out, Charge{ctx.device, bytes, ctx.key});
+        if (managed) note_managed(s, *out, bytes);
         return rc;
       },
       call);
@@ -36,6 +40,10 @@ CUresult free_pointer(CUdeviceptr dptr, Call&& call) {
           else s.pointers.insert(dptr, *c);
         } else if (rc == CUDA_SUCCESS) {
           forget_pool_pointer(s, dptr);  // cuMemFree may also free a stream-ordered allocation
+        }
+        if (rc == CUDA_SUCCESS) {
+          forget_ipc_exports(s, dptr);  // a handle to it opens nothing now
+          forget_managed(s, dptr);
         }
         return rc;
       },
@@ -92,8 +100,9 @@ extern "C" SLICE_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int b
 }
 
 extern "C" SLICE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
-  return alloc_on_current_device("cuMemAllocManaged", bytesize, dptr,
-                                 [&] { return SLICE_CALL_REAL(cuMemAllocManaged, dptr, bytesize, flags); });
+  return alloc_on_current_device(
+      "cuMemAllocManaged", bytesize, dptr, [&] { return SLICE_CALL_REAL(cuMemAllocManaged, dptr, bytesize, flags); },
+      true);
 }
 
 extern "C" SLICE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,

@@ -1,10 +1,16 @@
 // cuGetProcAddress in both ABIs. The driver answers first; then (name, version, flags) is mapped to
-// the export the driver handed out (slice::resolve_procaddr, generated from cudaTypedefs.h), and
-// where that export is hooked the caller gets libslice's wrapper of exactly that export: never
-// another ABI's wrapper, which would take the wrong argument layout.
+// the export the driver should have handed out (slice::resolve_procaddr, generated from
+// cudaTypedefs.h). The driver's answer decides which ABI the caller gets, not the table: where it is
+// the real function of that export, the caller gets libslice's wrapper of exactly that export; where
+// it is the real function of another hooked export (the table and the driver disagree), the wrapper
+// of that one; where it is a function libslice does not know (an ABI newer than the cuda.h libslice
+// was built with), the driver's answer stands, unhooked, with a warning: a wrapper of another ABI
+// would read the wrong argument layout.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>
 
+#include <mutex>
+#include <set>
 #include <string>
 
 #include "log.h"
@@ -16,19 +22,47 @@
 namespace {
 
 using slice::shim::Hook;
+using slice::shim::HookInfo;
+
+// The hooked driver export whose real function is `fn`, if any.
+const HookInfo* hook_answering(void* fn) {
+  for (std::size_t i = 0; i < slice::shim::kHookCount; ++i) {
+    const HookInfo& info = slice::shim::hook_info(static_cast<Hook>(i));
+    if (info.library == slice::shim::HookLibrary::cuda && slice::shim::real_function(info.hook) == fn) return &info;
+  }
+  return nullptr;
+}
+
+void warn_unknown_once(const char* symbol, int cuda_version) {
+  static std::mutex mu;
+  static auto* warned = new std::set<std::string>();  // never destroyed: hooks may run at exit
+  std::lock_guard<std::mutex> lock(mu);
+  if (!warned->insert(symbol).second) return;
+  slice::log::warn(std::string("cuGetProcAddress(") + symbol + ", " + std::to_string(cuda_version) +
+                   "): the driver answered a function libslice does not know (an ABI newer than libslice); "
+                   "it is passed on unhooked, so what it allocates or launches is not sliced");
+}
 
 void substitute_wrapper(const char* symbol, void** pfn, int cuda_version, cuuint64_t flags) {
   if (symbol == nullptr || pfn == nullptr || *pfn == nullptr || slice::shim::disabled()) return;
   const slice::ProcAddrResolution resolved = slice::resolve_procaddr(symbol, cuda_version, flags);
   if (resolved.status != slice::ProcAddrStatus::found) return;  // the driver's answer stands
-  const slice::shim::HookInfo* hook = slice::shim::find_hook(resolved.export_name);
-  const bool ours = hook != nullptr && hook->library == slice::shim::HookLibrary::cuda;
-  if (ours) *pfn = hook->wrapper;
-  if (slice::log::enabled(slice::LogLevel::trace))  // tests/gpu reads these to see what the runtime fetches
-    slice::log::write(slice::LogLevel::trace, std::string("cuGetProcAddress: ") + symbol + " (" +
-                                                  std::to_string(cuda_version) + ", " + std::to_string(flags) +
-                                                  ") -> " + std::string(resolved.export_name) +
-                                                  (ours ? ", libslice's wrapper" : ", the driver's"));
+  const HookInfo* expected = slice::shim::find_hook(resolved.export_name);
+  const bool hooked = expected != nullptr && expected->library == slice::shim::HookLibrary::cuda;
+  const HookInfo* answered = nullptr;
+  if (hooked) {
+    answered = slice::shim::real_function(expected->hook) == *pfn ? expected : hook_answering(*pfn);
+    if (answered != nullptr) *pfn = answered->wrapper;
+    else warn_unknown_once(symbol, cuda_version);
+  }
+  if (!slice::log::enabled(slice::LogLevel::trace)) return;  // tests/gpu reads these: what the runtime fetches
+  std::string line = std::string("cuGetProcAddress: ") + symbol + " (" + std::to_string(cuda_version) + ", " +
+                     std::to_string(flags) + ") -> ";
+  if (!hooked) line += std::string(resolved.export_name) + ", the driver's";
+  else if (answered == nullptr) line += "a function libslice does not know, the driver's";
+  else line += std::string(answered->name) + ", libslice's wrapper";
+  if (answered != nullptr && answered != expected) line += std::string(" (the table says ") + resolved.export_name + ")";
+  slice::log::write(slice::LogLevel::trace, line);
 }
 
 }  // namespace

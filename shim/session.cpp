@@ -158,7 +158,10 @@ std::string cap_text(std::uint64_t cap) { return cap == kNoLimit ? "no cap" : "c
 }  // namespace
 
 Session::Session()
-    : pools(std::make_unique<PoolAccounts>()), vmm(std::make_unique<VmmAccounts>()), ipc(std::make_unique<IpcAccounts>()) {}
+    : pools(std::make_unique<PoolAccounts>()),
+      vmm(std::make_unique<VmmAccounts>()),
+      ipc(std::make_unique<IpcAccounts>()),
+      managed(std::make_unique<ManagedAccounts>()) {}
 Session::~Session() = default;
 
 int Session::index_of(CUdevice device) const {
@@ -288,6 +291,7 @@ std::atomic<std::uint64_t> g_context_generation{0};
 }  // namespace
 
 void contexts_changed() noexcept { g_context_generation.fetch_add(1, std::memory_order_release); }
+std::uint64_t contexts_generation() noexcept { return g_context_generation.load(std::memory_order_acquire); }
 
 CurrentContext current_context(const Session& s) noexcept {
   thread_local CUcontext cached = nullptr;

@@ -37,6 +37,7 @@ struct SessionDevice {
 class PoolAccounts;
 class VmmAccounts;
 class IpcAccounts;
+class ManagedAccounts;
 class Compute;
 
 struct Session {
@@ -52,6 +53,7 @@ struct Session {
   std::unique_ptr<PoolAccounts> pools;
   std::unique_ptr<VmmAccounts> vmm;
   std::unique_ptr<IpcAccounts> ipc;
+  std::unique_ptr<ManagedAccounts> managed;
   std::unique_ptr<Compute> compute;  // made once the coordinator is joined
 
   Session();
@@ -91,6 +93,7 @@ inline int current_device_index(const Session& s) noexcept { return current_cont
 // Forgets every thread's remembered context -> device (a destroyed context's handle may come back
 // for another device).
 void contexts_changed() noexcept;
+std::uint64_t contexts_generation() noexcept;  // how many times contexts_changed() ran
 // The launch path's cheaper variant: the calling thread's current context as it was last seen,
 // without asking the driver, until this thread changes contexts through a hooked call
 // (cuCtxSetCurrent, Push, Pop, Create, Destroy: current_context_changed_here) or any context is

@@ -34,6 +34,7 @@ struct HookInfo {
   const char* name;     // the exact export
   HookLibrary library;
   void* wrapper;        // libslice's exported wrapper of that export
+  Hook hook;
 };
 
 // Which hook (if any) answers an export name. Cheap: first bytes checked before anything else.

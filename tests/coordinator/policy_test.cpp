@@ -1,5 +1,6 @@
 // Administrator policy: it wins over what a tenant registered, it is trusted only when root-owned
 // and writable by nobody else, and a running process picks up a change (the generation counter).
+#include <cstring>
 #include <functional>
 
 #include "test_support.h"
@@ -75,6 +76,22 @@ TEST_F(PolicyTest, WinsOverTheRegisteredLimit) {
   ASSERT_EQ(v->gpus.size(), 2u);
   EXPECT_EQ(v->gpus[0].cap_bytes, 512 * MiB);
   EXPECT_EQ(v->gpus[1].cap_bytes, 2 * GiB);
+}
+
+TEST_F(PolicyTest, APerGpuPolicyFollowsTheDriversUuidNotTheTenantFiles) {
+  if (!is_root()) GTEST_SKIP() << "a trusted policy must be root-owned: needs root";
+  set_policy("t", "memory_limit.GPU-511ce07e-5700-0000-0000-000000000001 = 256Mi\n");
+  auto c = join("t", MemoryLimit::of_bytes(GiB), {1});
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(c->cap(0), 256 * MiB);
+  // A process of the tenant rewrites its own (writable) file's record of the GPU...
+  DeviceEntry& entry = c->device_entry(0);
+  const Uuid other = fake_gpu_uuid(2);
+  std::memcpy(entry.uuid, other.data(), 16);
+  // ...and a policy change makes every process read the policy again: the cap is still the GPU's.
+  set_policy("t", "memory_limit.GPU-511ce07e-5700-0000-0000-000000000001 = 128Mi\n");
+  EXPECT_EQ(c->cap(0), 128 * MiB);
+  EXPECT_FALSE(c->reserve(0, 200 * MiB));
 }
 
 TEST_F(PolicyTest, UntrustedPoliciesAreIgnored) {

@@ -28,106 +28,13 @@
 
 #include "coordinator_view.h"
 #include "nvml_api.h"
-
-extern char** environ;
+#include "shim_test_support.h"
 
 namespace {
 
-constexpr std::uint64_t kMiB = 1ull << 20;
+using namespace slice_test;
+
 constexpr std::uint64_t kCap = 1024 * kMiB;
-
-std::string g_self;
-std::string g_log;
-
-#define CU_OK(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-int count_lines(const std::string& text, const std::string& needle) {
-  int n = 0;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) n += line.find(needle) != std::string::npos;
-  return n;
-}
-
-struct MemInfo {
-  std::size_t free = 0, total = 0;
-};
-MemInfo mem_info() {
-  MemInfo m;
-  EXPECT_EQ(cuMemGetInfo_v2(&m.free, &m.total), CUDA_SUCCESS);
-  return m;
-}
-
-// Starts this program with --child MODE and extra environment ("NAME=" alone removes NAME); its
-// output goes to a file of the test's temporary directory.
-pid_t spawn_child(const std::string& mode, const std::vector<std::string>& env_changes, std::string& out_path) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string entry = *e;
-    bool replaced = false;
-    for (const std::string& change : env_changes)
-      if (entry.substr(0, entry.find('=') + 1) == change.substr(0, change.find('=') + 1)) replaced = true;
-    if (!replaced) env.push_back(entry);
-  }
-  for (const std::string& change : env_changes)
-    if (change.back() != '=') env.push_back(change);
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  static int serial = 0;
-  out_path = std::string(std::getenv("SLICE_TEST_TMPDIR")) + "/child-" + std::to_string(getpid()) + "-" +
-             std::to_string(++serial) + ".out";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  std::string arg_child = "--child", arg_mode = mode;
-  char* argv[] = {g_self.data(), arg_child.data(), arg_mode.data(), nullptr};
-  pid_t pid = 0;
-  const int err = posix_spawn(&pid, g_self.c_str(), &actions, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&actions);
-  return err == 0 ? pid : -1;
-}
-
-int wait_child(pid_t pid) {
-  int status = 0;
-  if (pid <= 0 || waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-// Runs a child to its end; returns its exit status and output.
-int run_child(const std::string& mode, const std::vector<std::string>& env_changes, std::string* output = nullptr) {
-  std::string out_path;
-  const int rc = wait_child(spawn_child(mode, env_changes, out_path));
-  if (output != nullptr) *output = read_file(out_path);
-  return rc;
-}
-
-// A CUipcMemHandle as hex, for a child's environment.
-std::string handle_hex(const CUipcMemHandle& handle) {
-  std::string hex;
-  for (char c : handle.reserved) {
-    char b[3];
-    std::snprintf(b, sizeof b, "%02x", static_cast<unsigned char>(c));
-    hex += b;
-  }
-  return hex;
-}
-
-// Waits (at most 10 s) until a child's output says `what`.
-bool wait_for_output(const std::string& path, const std::string& what) {
-  for (int i = 0; i < 1000; ++i) {
-    if (read_file(path).find(what) != std::string::npos) return true;
-    usleep(10000);
-  }
-  return false;
-}
 
 // A graph with one allocation node per (device, bytes), each freed by a free node after it.
 CUresult make_alloc_graph(const std::vector<std::pair<int, std::size_t>>& allocations, CUgraph* out) {
@@ -1101,19 +1008,4 @@ int child_main(const std::string& mode) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  g_self = "/proc/self/exe";
-  char path[4096];
-  const ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
-  if (n > 0) g_self.assign(path, static_cast<std::size_t>(n));
-  if (argc == 3 && std::string(argv[1]) == "--child") return child_main(argv[2]);
-  const char* tmp = std::getenv("SLICE_TEST_TMPDIR");
-  if (tmp == nullptr) {
-    std::fprintf(stderr, "run through tests/run_isolated.sh\n");
-    return 2;
-  }
-  g_log = std::string(tmp) + "/slice.log";
-  setenv("SLICE_LOG_FILE", g_log.c_str(), 1);  // read at the first CUDA call, below
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return slice_test::shim_test_main(argc, argv, child_main); }
