@@ -87,7 +87,7 @@ bool Coordinator::claim_slot(std::string& error) {
       slot_ = i;
       // What a dead owner may have left mid-change: changes under way it never finished would stall
       // every recount, and a recount it never finished would look like ours (slot + 1).
-      for (SlotDevice& sd : s.devices) sd.flight.store(0), sd.compute.store(0), sd.overhead.store(0);
+      for (SlotDevice& sd : s.devices) sd.flight.store(0), sd.compute.store(0), sd.overhead.store(0), sd.reconciled.store(0);
       // IPC exports a dead owner of this slot left would read as ours.
       for (auto& e : f.ipc_exports)
         if (std::uint64_t v = e.load(); v != 0 && static_cast<int>(v & 0x7FF) - 1 == i) e.compare_exchange_strong(v, 0);
@@ -404,6 +404,24 @@ std::vector<std::int32_t> Coordinator::live_pids() const {
 }
 
 std::uint64_t Coordinator::mine(int device) const { return forked_ ? 0 : ledger_->mine(entries_[device]); }
+
+void Coordinator::set_overhead(int device, std::uint64_t bytes, bool measurable) {
+  if (forked_ || left_.load(std::memory_order_relaxed)) return;
+  SlotDevice& sd = tenant_->file().slots[slot_].devices[entries_[device]];
+  if (!measurable) {
+    sd.reconciled.store(kReconciledUnmeasurable, std::memory_order_relaxed);
+    return;
+  }
+  const std::uint64_t old = sd.overhead.load(std::memory_order_relaxed);
+  if (bytes > old) ledger_->add_unchecked(entries_[device], bytes - old);
+  else if (bytes < old) ledger_->release(entries_[device], old - bytes);
+  sd.overhead.store(bytes, std::memory_order_relaxed);
+  sd.reconciled.store(kReconciledMeasured, std::memory_order_relaxed);
+}
+
+std::uint64_t Coordinator::overhead(int device) const {
+  return forked_ ? 0 : tenant_->file().slots[slot_].devices[entries_[device]].overhead.load(std::memory_order_relaxed);
+}
 
 std::uint64_t Coordinator::usage(int device) const { return forked_ ? 0 : ledger_->usage(entries_[device]); }
 

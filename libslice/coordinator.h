@@ -62,6 +62,11 @@ class Coordinator {
   std::uint64_t cap(int device);         // kNoLimit when none
   std::uint64_t usage(int device) const;  // the tenant's, on that device
   std::uint64_t mine(int device) const;   // this process's part of it
+  // Reconciliation (shim/reconcile.cpp): what the driver holds for this process beyond what was
+  // charged call by call becomes its overhead, charged like any memory (never refused: the driver
+  // holds it already) and shown apart; `measurable` false: the driver's figure could not be had.
+  void set_overhead(int device, std::uint64_t bytes, bool measurable);
+  std::uint64_t overhead(int device) const;
   // The same after giving back what dead processes still hold (for reports, not the hot path).
   std::uint64_t usage_without_dead(int device);
 

@@ -145,7 +145,7 @@ struct SlotDevice {
   std::atomic<std::uint64_t> used;    // what this process holds on the device
   std::atomic<std::uint64_t> flight;  // changes under way (by any thread): `used` and the tenant's total
   std::atomic<std::uint32_t> compute; // kSlotActive | kSlotWanting: what this process's watcher saw last
-  std::uint32_t reserved;
+  std::atomic<std::uint32_t> reconciled;  // kReconciled*: whether `overhead` below was measured
   // Monotonic time up to which `used` is integrated into the tenant's MemoryMeter (0: not yet).
   // Claimed by compare-and-swap, by the process before each change of `used` and by a sampler.
   std::atomic<std::uint64_t> accrued_ns;
@@ -154,6 +154,9 @@ struct SlotDevice {
   // figure (shim/reconcile.cpp). Charged like any memory, and shown apart.
   std::atomic<std::uint64_t> overhead;
 };
+constexpr std::uint32_t kReconciledNever = 0;         // not compared with the driver's figure yet
+constexpr std::uint32_t kReconciledMeasured = 1;      // `overhead` is the last comparison's
+constexpr std::uint32_t kReconciledUnmeasurable = 2;  // NVML cannot see this process (a PID namespace)
 constexpr std::uint32_t kSlotActive = 1;   // has work on the device
 constexpr std::uint32_t kSlotWanting = 2;  // has work held back by libslice
 

@@ -83,9 +83,20 @@ TenantView view_of(const std::string& dir, const TenantFileHandle& h, std::uint6
     p.pid = s.pid.load();
     p.comm = bounded(s.comm, sizeof s.comm);
     for (std::size_t g = 0; g < entries.size(); ++g) {
-      const std::uint64_t used = s.devices[entries[g]].used.load();
+      const SlotDevice& sd = s.devices[entries[g]];
+      const std::uint64_t used = sd.used.load();
       p.memory_used.push_back(used);
       v.gpus[g].used_bytes += used;
+      const std::uint32_t state = sd.reconciled.load();
+      const Reconciled r = state == kReconciledMeasured       ? Reconciled::measured
+                           : state == kReconciledUnmeasurable ? Reconciled::unmeasurable
+                                                              : Reconciled::never;
+      const std::uint64_t overhead = r == Reconciled::measured ? std::min(sd.overhead.load(), used) : 0;
+      p.memory_overhead.push_back(overhead);
+      p.reconciled.push_back(r);
+      v.gpus[g].overhead_bytes += overhead;
+      if (r == Reconciled::measured || (r == Reconciled::unmeasurable && v.gpus[g].reconciled == Reconciled::never))
+        v.gpus[g].reconciled = r;
       metered[g] += pending_memory(s.devices[entries[g]], now_ns);  // held since its last change
     }
     v.processes.push_back(p);

@@ -13,10 +13,17 @@
 
 namespace slice {
 
+enum class Reconciled { never, measured, unmeasurable };
+
 struct ProcessView {
   std::int32_t pid = 0;
   std::string comm;
   std::vector<std::uint64_t> memory_used;  // per GPU of the tenant view
+  // Of memory_used: what the driver holds beyond what was charged call by call (the process's
+  // reconciliation with the driver's own figure, SlotDevice::overhead), per GPU, and whether it was
+  // measured at all.
+  std::vector<std::uint64_t> memory_overhead;
+  std::vector<Reconciled> reconciled;
 };
 
 struct TenantGpuView {
@@ -24,6 +31,9 @@ struct TenantGpuView {
   std::string name;
   std::uint64_t total_bytes = 0;
   std::uint64_t used_bytes = 0;     // the tenant's, from its live processes
+  std::uint64_t overhead_bytes = 0;  // of used_bytes: reconciled overhead (ProcessView::memory_overhead)
+  // measured when any live process measured it; unmeasurable when all that tried could not.
+  Reconciled reconciled = Reconciled::never;
   std::uint64_t cap_bytes = kNoLimit;  // effective: policy, else registered
   // Effective compute share here, as the scheduler takes it (Coordinator::compute(device)): the
   // policy's, else the one registered for this GPU, else the tenant's registered share.

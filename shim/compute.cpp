@@ -11,6 +11,7 @@
 #include "crash_handler.h"
 #include "coordinator_layout.h"
 #include "log.h"
+#include "reconcile.h"
 #include "session.h"
 #include "share_policy.h"
 #include "shim.h"
@@ -90,6 +91,7 @@ void Compute::run() {
   while (!stop_.load(std::memory_order_relaxed)) {
     const std::uint64_t now = monotonic_ns();
     capture_forget_ended();
+    for (std::size_t d = 0; d < session_.devices.size(); ++d) reconcile(session_, static_cast<int>(d), kReconcileTickNs);
     bool busy = false, draining = false, waiting = false;
     for (std::size_t d = 0; d < session_.devices.size(); ++d) {
       ComputeLane& lane = lanes_[d];

@@ -6,6 +6,7 @@
 #include "accounts.h"
 #include "hook_support.h"
 #include "memory_report.h"
+#include "reconcile.h"
 
 namespace slice::shim {
 
@@ -14,6 +15,7 @@ SliceMemory slice_of(Session& s, int device, std::uint64_t device_total, std::ui
   const std::uint64_t cap = s.coordinator->cap(device);
   if (cap == kNoLimit) return m;
   settle_pools(s, device);  // a synchronisation may have given pool memory back
+  reconcile(s, device, kReconcileTickNs);  // and the driver may hold memory no call charged
   return clamp_to_cap(device_total, device_free, cap, s.coordinator->usage_without_dead(device));
 }
 

@@ -19,6 +19,7 @@
 #include "limits_text.h"
 #include "log.h"
 #include "policy.h"
+#include "reconcile.h"
 #include "shim.h"
 #include "tenant_file.h"
 
@@ -333,8 +334,10 @@ CurrentContext launch_context(const Session& s) noexcept {
 bool charge(Session& s, int device, std::uint64_t bytes, const char* what) {
   Refusal why;
   if (s.coordinator->reserve(device, bytes, &why)) return true;
-  // Pools may have given memory back at a synchronisation since we last looked.
+  // Pools may have given memory back at a synchronisation since we last looked, and the driver may
+  // hold less beyond the charges than it did (shim/reconcile.h).
   if (settle_pools(s, device) && s.coordinator->reserve(device, bytes, &why)) return true;
+  if (reconcile(s, device, kReconcileRefusalNs) && s.coordinator->reserve(device, bytes, &why)) return true;
   if (log::enabled(LogLevel::warn)) {
     const SessionDevice& d = s.devices[device];
     log::warn("tenant '" + s.config.tenant + "' GPU " + std::to_string(d.ordinal) + " (" + d.uuid_text + "): " +

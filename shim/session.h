@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct Session {
   std::unique_ptr<IpcAccounts> ipc;
   std::unique_ptr<ManagedAccounts> managed;
   std::unique_ptr<Compute> compute;  // made once the coordinator is joined
+  // Reconciliation with the driver's figure (shim/reconcile.h): when each device was last done.
+  std::array<std::atomic<std::uint64_t>, kMaxDevices> reconciled_ns{};
+  std::mutex reconcile_mu;
 
   Session();
   ~Session();

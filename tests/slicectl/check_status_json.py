@@ -30,6 +30,18 @@ def need(obj, key, kinds, where):
     return value
 
 
+def overhead_of(entry, used, where):
+    """The reconciled overhead: part of the memory used, a number exactly when it was measured."""
+    state = need(entry, "memory_overhead", (str,), where)
+    if state not in ("measured", "not measured yet", "not measurable"):
+        fail(f"{where}: memory_overhead {state!r}")
+    overhead = need(entry, "memory_overhead_bytes", (int, type(None)), where)
+    if (overhead is None) != (state != "measured"):
+        fail(f"{where}: memory_overhead_bytes {overhead!r} with memory_overhead {state!r}")
+    if overhead is not None and not 0 <= overhead <= used:
+        fail(f"{where}: overhead {overhead} is not part of the {used} bytes used")
+
+
 def main():
     raw = sys.stdin.buffer.read()
     try:
@@ -59,6 +71,7 @@ def main():
                 fail(f"{tw}: priority {priority!r}")
             limit = need(t, "memory_limit_bytes", (int, type(None)), tw)
             tused = need(t, "memory_used_bytes", (int,), tw)
+            overhead_of(t, tused, tw)
             share = need(t, "compute_share", (int,), tw)
             climit = need(t, "compute_limit", (int,), tw)
             compute_used = []
@@ -87,6 +100,7 @@ def main():
                 pid = need(p, "pid", (int,), pw)
                 pname = need(p, "name", (str,), pw)
                 pmem = need(p, "memory_used_bytes", (int,), pw)
+                overhead_of(p, pmem, pw)
                 process_sum += pmem
                 out.append(f"process {uuid} {tname} {pid} {json.dumps(pname)} {pmem}")
             if process_sum != tused:

@@ -437,11 +437,13 @@ TEST_F(SlicectlTest, StatusTableIsAlignedWithUnits) {
   ASSERT_NE(inference, "") << t;
   ASSERT_NE(process, "") << t;
   ASSERT_NE(training, "") << t;
-  // Tenant: used, cap, use of the cap, share, limit, priority; no compute history yet: "-".
+  // Tenant: used, overhead (not reconciled here: "-"), cap, use of the cap, share, limit, priority;
+  // no compute history yet: "-".
   std::istringstream row(inference);
   std::vector<std::string> cells;
   for (std::string c; row >> c;) cells.push_back(c);
-  const std::vector<std::string> expected = {"inference", "1.0", "GiB", "4.0", "GiB", "25%", "30%", "50%", "high", "-", "-"};
+  const std::vector<std::string> expected = {"inference", "1.0", "GiB", "-", "4.0", "GiB", "25%", "30%", "50%",
+                                             "high", "-", "-"};
   EXPECT_EQ(cells, expected) << t;
   EXPECT_TRUE(contains(training, "512.0 MiB")) << t;
   EXPECT_TRUE(contains(training, "none")) << t;
@@ -595,7 +597,7 @@ TEST_F(SlicectlTest, StatusComputeSettingsAreTheSchedulers) {
   EXPECT_TRUE(contains(s, std::string("tenant ") + kGpuB + " inference high null 0 30 50 false 0\n")) << s;
   // GPU 0 is A (UUID order): its row comes first.
   EXPECT_EQ(cells_of(line_starting(table_status(), "  inference")),
-            (std::vector<std::string>{"inference", "0", "B", "none", "-", "40%", "50%", "high", "-", "-"}));
+            (std::vector<std::string>{"inference", "0", "B", "-", "none", "-", "40%", "50%", "high", "-", "-"}));
 
   if (!root()) GTEST_SKIP() << "slicectl set needs root";
   ASSERT_EQ(slicectl({"set", "inference", "--compute", "20", "--priority", "low", "--coordinator", dir_}).rc, 0);
@@ -612,7 +614,7 @@ TEST_F(SlicectlTest, StatusComputeSettingsAreTheSchedulers) {
   EXPECT_TRUE(contains(s, std::string("tenant ") + kGpuA + " inference low null 0 20 50 true 0\n")) << s;
   EXPECT_TRUE(contains(s, std::string("tenant ") + kGpuB + " inference low null 0 20 50 true 0\n")) << s;
   EXPECT_EQ(cells_of(line_starting(table_status(), "  inference")),
-            (std::vector<std::string>{"inference", "*", "0", "B", "none", "-", "20%", "50%", "low", "-", "-"}));
+            (std::vector<std::string>{"inference", "*", "0", "B", "-", "none", "-", "20%", "50%", "low", "-", "-"}));
 }
 
 TEST_F(SlicectlTest, SetWritesPolicyThatALiveProcessTakes) {

@@ -43,6 +43,7 @@ FAMILIES = {
     "slice_device_memory_total_bytes": "gauge",
     "slice_device_memory_used_bytes": "gauge",
     "slice_tenant_memory_used_bytes": "gauge",
+    "slice_tenant_memory_overhead_bytes": "gauge",
     "slice_tenant_memory_cap_bytes": "gauge",
     "slice_tenant_compute_share_ratio": "gauge",
     "slice_tenant_compute_limit_ratio": "gauge",
@@ -168,6 +169,7 @@ class LiveCoordinator(unittest.TestCase):
                 labels = tuple(sorted(device + (("tenant", t["name"]),)))
                 figures = {
                     "slice_tenant_memory_used_bytes": t["memory_used_bytes"],
+                    "slice_tenant_memory_overhead_bytes": t["memory_overhead_bytes"],
                     "slice_tenant_memory_cap_bytes": t["memory_limit_bytes"],
                     "slice_tenant_compute_share_ratio": t["compute_share"] / 100,
                     "slice_tenant_compute_limit_ratio": t["compute_limit"] / 100,

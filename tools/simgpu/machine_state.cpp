@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -246,6 +247,24 @@ bool Machine::slot_alive(int slot) const {
   return ofd_locked_by_other(fd_, kSlotLockBase + slot, 1);
 }
 
+namespace {
+// This process's PID in the outermost PID namespace: the first field of NSpid in /proc/self/status
+// (the last is getpid()); getpid() where the kernel does not say.
+std::int32_t outermost_pid() {
+  std::int32_t pid = static_cast<std::int32_t>(getpid());
+  if (FILE* f = std::fopen("/proc/self/status", "re")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f))
+      if (std::strncmp(line, "NSpid:", 6) == 0) {
+        pid = static_cast<std::int32_t>(std::strtol(line + 6, nullptr, 10));
+        break;
+      }
+    std::fclose(f);
+  }
+  return pid;
+}
+}  // namespace
+
 bool Machine::claim_slot(std::string& error) {
   if (slot_ >= 0) return true;
   for (int i = 0; i < kMaxProcesses; ++i) {
@@ -255,6 +274,7 @@ bool Machine::claim_slot(std::string& error) {
     read_process_name(s.name, sizeof s.name);
     s.start_ns.store(monotonic_ns());
     s.pid.store(static_cast<std::int32_t>(getpid()));
+    s.host_pid.store(outermost_pid());
     slot_ = i;
     return true;
   }
@@ -328,6 +348,7 @@ void Machine::reap_locked_slot(int slot) {
     if (d.owner.compare_exchange_strong(owner, 0)) futex_wake_all(&d.owner);
   }
   s.pid.store(0);
+  s.host_pid.store(0);
 }
 
 bool Machine::reap_slot(int slot) {

@@ -16,7 +16,7 @@
 namespace simgpu {
 
 constexpr std::uint32_t kStateMagic = 0x53494d47;  // "SIMG"
-constexpr std::uint32_t kStateVersion = 1;
+constexpr std::uint32_t kStateVersion = 2;  // 2: host_pid
 constexpr int kMaxDevices = 8;
 constexpr int kMaxProcesses = 1024;
 constexpr int kWaiterWords = kMaxProcesses / 64;
@@ -38,6 +38,9 @@ struct SlotDeviceStats {
 
 struct ProcessSlot {
   std::atomic<std::int32_t> pid;         // 0: free; as the owner sees itself
+  // The same process in the outermost PID namespace (NSpid's first field): what NVML reports, as the
+  // real one reports host PIDs, so that a process in a PID namespace does not find itself there.
+  std::atomic<std::int32_t> host_pid;
   std::atomic<std::uint64_t> start_ns;   // CLOCK_MONOTONIC when attached
   char name[32];
   SlotDeviceStats dev[kMaxDevices];

@@ -91,7 +91,8 @@ nvmlReturn_t running_processes(nvmlDevice_t d, unsigned int* count, Info* infos)
     if (mem == 0 && s.kernels.load() == 0) continue;
     if (n < capacity) {
       Info info{};
-      info.pid = static_cast<unsigned>(pid);
+      const int host_pid = slot.host_pid.load();  // NVML lists PIDs as the host sees them
+      info.pid = static_cast<unsigned>(host_pid != 0 ? host_pid : pid);
       info.usedGpuMemory = mem;
       if constexpr (requires { info.gpuInstanceId; }) {  // no MIG
         info.gpuInstanceId = 0xFFFFFFFFu;

@@ -50,6 +50,13 @@ const DeviceFamily kDeviceFamilies[] = {
 const TenantFamily kTenantFamilies[] = {
     {"slice_tenant_memory_used_bytes", "gauge", "Memory the tenant's live processes hold on the GPU.",
      [](const TenantOnDevice& on) -> Value { return SampleValue::of(on.usage().used_bytes); }},
+    {"slice_tenant_memory_overhead_bytes", "gauge",
+     "Of the memory used, what the driver holds beyond the allocations libslice charged (reconciled "
+     "with NVML); absent until measured, and where NVML cannot see the processes.",
+     [](const TenantOnDevice& on) -> Value {
+       if (on.usage().reconciled != slice::Reconciled::measured) return std::nullopt;
+       return SampleValue::of(on.usage().overhead_bytes);
+     }},
     {"slice_tenant_memory_cap_bytes", "gauge", "The tenant's memory cap on the GPU; absent when it has none.",
      [](const TenantOnDevice& on) -> Value {
        if (on.usage().cap_bytes == slice::kNoLimit) return std::nullopt;

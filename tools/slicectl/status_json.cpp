@@ -9,6 +9,17 @@ namespace slicectl {
 
 namespace {
 
+// Of memory_used_bytes, what the driver holds beyond the charged calls: null until measured, and
+// where NVML cannot see the processes; memory_overhead says which.
+void write_overhead(JsonWriter& j, slice::Reconciled r, std::uint64_t bytes) {
+  j.key("memory_overhead_bytes");
+  j.number_or_null(r == slice::Reconciled::measured ? std::optional(bytes) : std::nullopt);
+  j.key("memory_overhead");
+  j.string(r == slice::Reconciled::measured       ? "measured"
+           : r == slice::Reconciled::unmeasurable ? "not measurable"
+                                                  : "not measured yet");
+}
+
 void write_tenant(JsonWriter& j, const TenantOnDevice& on) {
   const slice::TenantView& t = *on.tenant;
   const slice::TenantGpuView& u = on.usage();
@@ -21,6 +32,7 @@ void write_tenant(JsonWriter& j, const TenantOnDevice& on) {
   j.number_or_null(u.cap_bytes == slice::kNoLimit ? std::nullopt : std::optional(u.cap_bytes));
   j.key("memory_used_bytes");
   j.number(u.used_bytes);
+  write_overhead(j, u.reconciled, u.overhead_bytes);
   j.key("compute_share");
   j.number(std::uint64_t{u.compute_share});  // on this GPU
   j.key("compute_limit");
@@ -48,6 +60,7 @@ void write_tenant(JsonWriter& j, const TenantOnDevice& on) {
     j.string(p.comm);
     j.key("memory_used_bytes");
     j.number(on.process_memory(p));
+    write_overhead(j, on.process_reconciled(p), on.process_overhead(p));
     j.end_object();
   }
   j.end_array();

@@ -22,6 +22,12 @@ struct TenantOnDevice {
   std::uint64_t process_memory(const slice::ProcessView& p) const {
     return gpu < p.memory_used.size() ? p.memory_used[gpu] : 0;
   }
+  std::uint64_t process_overhead(const slice::ProcessView& p) const {
+    return gpu < p.memory_overhead.size() ? p.memory_overhead[gpu] : 0;
+  }
+  slice::Reconciled process_reconciled(const slice::ProcessView& p) const {
+    return gpu < p.reconciled.size() ? p.reconciled[gpu] : slice::Reconciled::never;
+  }
 };
 
 struct DeviceStatus {

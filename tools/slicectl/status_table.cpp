@@ -37,20 +37,29 @@ std::string device_heading(const DeviceStatus& d) {
          percent_of(d.used_bytes, d.total_bytes) + ")";
 }
 
+// Of the memory used, what the driver holds beyond the charged calls (reconciled with its own
+// figure): "-" before any process measured it, "n/a" where NVML cannot see the processes.
+std::string overhead_text(slice::Reconciled r, std::uint64_t bytes) {
+  if (r == slice::Reconciled::measured) return slice::describe_bytes(bytes);
+  return r == slice::Reconciled::unmeasurable ? "n/a" : "-";
+}
+
 std::string device_table(const DeviceStatus& d) {
-  TextTable t({Align::left, Align::right, Align::right, Align::right, Align::right, Align::right, Align::left,
-               Align::right, Align::right});
-  t.add({"TENANT / PROCESS", "MEMORY USED", "CAP", "USE", "SHARE", "LIMIT", "PRIORITY", "COMPUTE 1s", "10s"});
+  TextTable t({Align::left, Align::right, Align::right, Align::right, Align::right, Align::right, Align::right,
+               Align::left, Align::right, Align::right});
+  t.add({"TENANT / PROCESS", "MEMORY USED", "OVERHEAD", "CAP", "USE", "SHARE", "LIMIT", "PRIORITY", "COMPUTE 1s",
+         "10s"});
   for (const TenantOnDevice& on : d.tenants) {
     const slice::TenantView& tenant = *on.tenant;
     const slice::TenantGpuView& u = on.usage();
     t.add({tenant.name + (tenant.policy ? " *" : ""), slice::describe_bytes(u.used_bytes),
-           slice::describe_bytes(u.cap_bytes), percent_of(u.used_bytes, u.cap_bytes),
-           std::to_string(u.compute_share) + "%", std::to_string(tenant.compute_limit) + "%",
-           std::string(slice::to_string(tenant.priority)), share_text(u.compute_used_1s),
-           share_text(u.compute_used_10s)});
+           overhead_text(u.reconciled, u.overhead_bytes), slice::describe_bytes(u.cap_bytes),
+           percent_of(u.used_bytes, u.cap_bytes), std::to_string(u.compute_share) + "%",
+           std::to_string(tenant.compute_limit) + "%", std::string(slice::to_string(tenant.priority)),
+           share_text(u.compute_used_1s), share_text(u.compute_used_10s)});
     for (const slice::ProcessView& p : tenant.processes)
-      t.add({"  " + std::to_string(p.pid) + " " + shown(p.comm, 16), slice::describe_bytes(on.process_memory(p))});
+      t.add({"  " + std::to_string(p.pid) + " " + shown(p.comm, 16), slice::describe_bytes(on.process_memory(p)),
+             overhead_text(on.process_reconciled(p), on.process_overhead(p))});
     if (tenant.processes.empty()) t.add({"  (no live process)"});
   }
   return t.render("  ");

@@ -1,0 +1,47 @@
+#include "reconcile.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "own_nvml.h"
+#include "session.h"
+
+namespace slice::shim {
+
+namespace {
+
+std::uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+bool reconcile(Session& s, int device, std::uint64_t max_age_ns) noexcept {
+  std::atomic<std::uint64_t>& last = s.reconciled_ns[device];
+  const std::uint64_t now = now_ns();
+  if (last.load(std::memory_order_relaxed) + max_age_ns > now) return false;
+  std::unique_lock<std::mutex> lock(s.reconcile_mu, std::try_to_lock);
+  if (!lock.owns_lock()) return false;  // another thread is at it
+  last.store(now, std::memory_order_relaxed);
+  Coordinator& c = *s.coordinator;
+  const std::uint64_t old = c.overhead(device);
+  // What hooks charged, read before and after the driver's figure (see reconcile.h).
+  const std::uint64_t before = c.mine(device) - std::min(c.mine(device), old);
+  const std::optional<std::uint64_t> held = own_nvml_process_memory(s.devices[device].uuid_text);
+  const std::uint64_t after = c.mine(device) - std::min(c.mine(device), old);
+  const std::uint64_t charged = std::max(before, after);
+  // Not listed although it holds memory: NVML does not see this process under its own PID.
+  if (!held || (*held == 0 && charged != 0)) {
+    c.set_overhead(device, old, false);
+    return false;
+  }
+  const std::uint64_t overhead = *held > charged ? *held - charged : 0;
+  c.set_overhead(device, overhead, true);
+  return overhead < old;
+}
+
+}  // namespace slice::shim
