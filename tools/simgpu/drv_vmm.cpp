@@ -1,9 +1,17 @@
 // Virtual memory management: physical allocations (cuMemCreate) are memfd-backed, address ranges
 // are PROT_NONE reservations, and cuMemMap maps the memfd into the range, so two mappings of one
 // allocation really alias. Physical memory is charged at cuMemCreate and given back when it is both
-// released and unmapped everywhere, as the driver does.
+// released and unmapped everywhere, as the driver does. An allocation made with the POSIX
+// file-descriptor handle type can be exported (cuMemExportToShareableHandle: a descriptor of its
+// memfd) and imported by another process (cuMemImportFromShareableHandle), which maps the same
+// memory; the exporter holds the device charge, an import takes none (NCCL shares buffers so).
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "driver.h"
 
@@ -16,6 +24,8 @@ struct PhysicalAllocation {
   int fd = -1;
   int refs = 1;         // the handle references below, plus one per mapping
   int handle_refs = 1;  // cuMemCreate, plus one per cuMemRetainAllocationHandle: each needs a cuMemRelease
+  bool shareable = false;  // made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: may be exported
+  bool imported = false;   // another process's allocation: its device memory is charged there
 };
 
 namespace {
@@ -34,7 +44,7 @@ std::map<std::uintptr_t, Mapping> g_mappings;
 
 void drop_ref_locked(PhysicalAllocation* p) {
   if (--p->refs > 0) return;
-  uncharge_device(p->device, p->size);
+  if (!p->imported) uncharge_device(p->device, p->size);
   close(p->fd);
   remove_live_locked(p);
   delete p;
@@ -83,9 +93,13 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
     return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
   if (size == 0 || size % kMemoryGranularity) return CUDA_ERROR_INVALID_VALUE;
+  if (prop->requestedHandleTypes & ~static_cast<unsigned>(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+    return CUDA_ERROR_NOT_SUPPORTED;  // the other handle types are not simulated
   const int dev = prop->location.id;
   if (!charge_device(dev, size)) return CUDA_ERROR_OUT_OF_MEMORY;
-  int fd = memfd_create("simgpu-vmm", MFD_CLOEXEC);
+  // The memfd's name carries the device, for a process that imports it.
+  const std::string name = "simgpu-vmm-device-" + std::to_string(dev);
+  int fd = memfd_create(name.c_str(), MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
     if (fd >= 0) close(fd);
     uncharge_device(dev, size);
@@ -93,6 +107,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   }
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* p = new PhysicalAllocation{dev, size, fd, 1, 1};
+  p->shareable = prop->requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   add_live_locked(p);
   *handle = reinterpret_cast<CUmemGenericAllocationHandle>(p);
   return CUDA_SUCCESS;
@@ -214,6 +229,46 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmem
   prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop->location.id = p->device;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemExportToShareableHandle(void* shareable, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType type, unsigned long long flags) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!shareable || flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* p = reinterpret_cast<PhysicalAllocation*>(handle);
+  if (!is_live_locked(p)) return CUDA_ERROR_INVALID_VALUE;
+  if (!p->shareable) return CUDA_ERROR_INVALID_VALUE;  // not made with this handle type
+  const int fd = dup(p->fd);  // the caller's to close; without close-on-exec, for a child to inherit
+  if (fd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  *static_cast<int*>(shareable) = fd;
+  return CUDA_SUCCESS;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, void* os_handle,
+                                        CUmemAllocationHandleType type) {
+  if (CUresult r = ensure_initialized()) return r;
+  if (!handle) return CUDA_ERROR_INVALID_VALUE;
+  if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
+  const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(os_handle));
+  struct stat st{};
+  char link[256] = {}, path[64];
+  std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(path, link, sizeof link - 1);
+  const char* marker = n > 0 ? std::strstr(link, "simgpu-vmm-device-") : nullptr;
+  if (fstat(fd, &st) != 0 || marker == nullptr) return CUDA_ERROR_INVALID_VALUE;  // not one of ours
+  const int dev = std::atoi(marker + std::strlen("simgpu-vmm-device-"));
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  const int own = dup(fd);  // the caller keeps (and closes) its descriptor
+  if (own < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::lock_guard<std::mutex> lk(driver().mu);
+  auto* p = new PhysicalAllocation{dev, static_cast<std::size_t>(st.st_size), own, 1, 1};
+  p->shareable = true;
+  p->imported = true;
+  add_live_locked(p);
+  *handle = reinterpret_cast<CUmemGenericAllocationHandle>(p);
   return CUDA_SUCCESS;
 }
 

@@ -44,7 +44,9 @@ bool op_ready_locked(const Stream* s, const Op& op) {
 
 // All streams with work on `device`. Streams register themselves in this list when they get work.
 std::vector<Stream*>& busy_streams(int device) {
-  static std::vector<Stream*> lists[kMaxDevices];
+  // Never destroyed: the executor threads run on while the process exits (a static array here was
+  // destroyed under them by exit's destructors when an atexit handler took a while).
+  static auto* lists = new std::vector<Stream*>[kMaxDevices];
   return lists[device];
 }
 
