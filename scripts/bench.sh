@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# Builds and runs the benchmarks; prints their figures (the README quotes them).
+# Builds and runs the benchmarks; prints their figures (docs/benchmarks.md quotes them).
 #   SLICE_BUILD_DIR=DIR   use an already built tree in DIR instead of building build/ with setup.sh
 #                         (not passed on: libslice refuses SLICE_* names it does not know)
 #   SHIM_BENCH_ROUNDS=N   rounds of the with/without libslice comparison (default 20)
+#   BENCH_LIBSLICE=PATH   measure another libslice.so (e.g. one built from an earlier commit, to
+#                         compare before and after a change in one sitting)
+#   BENCH_PARTS=shim      only the with/without libslice comparison (not the simulator's,
+#                         the coordinator's or the compute shares' benchmarks)
 # Then tests/bench/compute_bench.py measures the compute shares (a few minutes); its timeline goes to
 # BUILD/bench/shares.csv and, drawn by tests/bench/shares.gnuplot, BUILD/bench/shares.png
 # (docs/shares.png is a copy of it).
@@ -41,10 +45,14 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/slice-bench.XXXXXX")
 idle_pid=
 trap 'if [ -n "$idle_pid" ]; then kill "$idle_pid" 2>/dev/null; fi; rm -rf "$work"' EXIT
 export SIMGPU_STATE="$work/simgpu-state" SLICE_COORDINATOR_DIR="$work/coordinator"
-"$build/bin/simgpu_bench"
-echo
-"$build/bin/coordinator_bench"
-echo
+parts=${BENCH_PARTS:-all}
+[[ "$parts" = all || "$parts" = shim ]] || { echo "bench: BENCH_PARTS must be all or shim, not '$parts'"; exit 2; }
+if [ "$parts" = all ]; then
+  "$build/bin/simgpu_bench"
+  echo
+  "$build/bin/coordinator_bench"
+  echo
+fi
 
 # ---- What libslice adds: tests/bench/shim_bench.cpp, with and without LD_PRELOAD, in one run ----
 # The machine is shared and noisy, so absolute figures mean little: each mode runs alternately with
@@ -53,7 +61,7 @@ echo
 # launch_share repeats the launch mode in a tenant with SLICE_COMPUTE_SHARE=50 beside a second,
 # idle tenant (`shim_bench idle`, on the GPU's compute board but with no work): the compute gate's
 # common path, open, with its watcher comparing shares.
-slice=$build/lib/libslice.so
+slice=${BENCH_LIBSLICE:-$build/lib/libslice.so}
 bench=$build/bin/shim_bench
 for f in "$slice" "$bench"; do
   [ -e "$f" ] || { echo "bench: $f is missing (build the slice_shim and shim_bench targets)"; exit 1; }
@@ -187,6 +195,7 @@ if [ -s "$work/stderr" ]; then
 fi
 
 # ---- Compute shares: tests/bench/compute_bench.py, against simgpu-stat's busy_ns (a few minutes) ----
+[ "$parts" = all ] || exit 0
 echo
 for f in "$build/bin/simgpu-load" "$build/bin/simgpu-stat" "$build/simgpu"; do
   [ -e "$f" ] || { echo "bench: $f is missing (build the simgpu-load and simgpu-stat targets)"; exit 1; }
@@ -200,7 +209,7 @@ SIMGPU_STATE="$work/compute-simgpu" SLICE_COORDINATOR_DIR="$work/compute-coordin
   --csv "$csv"
 if command -v gnuplot >/dev/null; then
   if gnuplot -e "csv='$csv'; png='$png'" tests/bench/shares.gnuplot; then
-    echo "shares over time: $png (the README's docs/shares.png is a copy of it)"
+    echo "shares over time: $png (docs/shares.png, shown in docs/benchmarks.md, is a copy of it)"
   else
     echo "bench: gnuplot could not draw $png"
   fi

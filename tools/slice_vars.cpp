@@ -1,5 +1,5 @@
 // slice-vars: prints the documentation of the SLICE_* variables from the table libslice parses.
-//   slice-vars --markdown    the README's table (tests/unit/variables_doc_test.cpp checks the README has it)
+//   slice-vars --markdown    the table in docs/configuration.md (tests/unit/variables_doc_test.cpp checks it)
 //   slice-vars --help-text   the block that slice-run --help prints
 #include <cstdio>
 #include <string_view>

@@ -1,5 +1,6 @@
-// The documentation of the SLICE_* variables: generated from the table, and the README carries
-// exactly what the generator prints (regenerate with build/bin/slice-vars --markdown).
+// The documentation of the SLICE_* variables: generated from the table, and docs/configuration.md
+// carries exactly what the generator prints, between its <!-- variables:begin --> and
+// <!-- variables:end --> markers (regenerate with build/bin/slice-vars --markdown).
 #include "variables_doc.h"
 
 #include <gtest/gtest.h>
@@ -52,7 +53,7 @@ TEST(VariablesTable, IsWellFormed) {
     EXPECT_EQ(v.help.find('|'), std::string_view::npos) << v.name << ": a | would split the markdown row";
     EXPECT_EQ(v.default_text.find('|'), std::string_view::npos) << v.name;
   }
-  // The contract (ARCHITECTURE part A) names these, with per-device forms for exactly two.
+  // The contract (docs/ARCHITECTURE.md) names these, with per-device forms for exactly two.
   const std::set<std::string_view> contract{"SLICE_MEMORY_LIMIT", "SLICE_COMPUTE_SHARE", "SLICE_COMPUTE_LIMIT",
                                             "SLICE_PRIORITY",     "SLICE_TENANT",        "SLICE_COORDINATOR_DIR",
                                             "SLICE_LOG_LEVEL",    "SLICE_LOG_FILE",      "SLICE_DISABLE",
@@ -111,15 +112,18 @@ TEST(VariablesHelpText, PlainWrappedAndComplete) {
   }
 }
 
-TEST(Readme, HasTheGeneratedTable) {
-  const std::string readme = read_file(SLICE_README_PATH);
+// The table users read lives in docs/configuration.md (the README links to it).
+TEST(ConfigurationDoc, HasTheGeneratedTable) {
+  const std::string doc = read_file(SLICE_CONFIGURATION_DOC_PATH);
   const std::string begin = "<!-- variables:begin -->\n", end = "<!-- variables:end -->";
-  const auto from = readme.find(begin);
-  const auto to = readme.find(end);
-  ASSERT_NE(from, std::string::npos) << "README.md lacks " << begin;
-  ASSERT_NE(to, std::string::npos) << "README.md lacks " << end;
-  EXPECT_EQ(readme.substr(from + begin.size(), to - from - begin.size()), slice::variables_markdown())
-      << "README.md's variables table is stale: replace it with the output of build/bin/slice-vars --markdown";
+  const auto from = doc.find(begin);
+  const auto to = doc.find(end);
+  ASSERT_NE(from, std::string::npos) << "docs/configuration.md lacks " << begin;
+  ASSERT_NE(to, std::string::npos) << "docs/configuration.md lacks " << end;
+  ASSERT_LT(from, to) << "docs/configuration.md's variables markers are out of order";
+  EXPECT_EQ(doc.substr(from + begin.size(), to - from - begin.size()), slice::variables_markdown())
+      << "docs/configuration.md's variables table is stale: replace it with the output of "
+         "build/bin/slice-vars --markdown";
 }
 
 TEST(SliceVarsTool, PrintsTheLibraryRendering) {
