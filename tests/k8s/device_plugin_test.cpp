@@ -265,6 +265,38 @@ TEST_F(DevicePluginTest, ContainerIsCappedAtItsSliceWhateverItsOwnEnvSays) {
   EXPECT_NE(run_load(greedy, kSliceBytes / kMiB + 1, log), 0) << k8s_test::read_file(log);
 }
 
+TEST_F(DevicePluginTest, AContainerGivenCard1Of2IsCappedOnCard1AndNowhereElse) {
+  start_plugin();
+  const auto r = allocate({kGpu1 + "::1"});
+  // The container runtime shows the container its card alone (NVIDIA_VISIBLE_DEVICES): the driver
+  // there numbers it 0, as CUDA_VISIBLE_DEVICES by UUID makes the simulated one do.
+  auto env = container_env(r);
+  env["CUDA_VISIBLE_DEVICES"] = r.envs().at("NVIDIA_VISIBLE_DEVICES");
+  const std::string log = dir_ + "/card1.log";
+  EXPECT_NE(run_load(env, kSliceBytes / kMiB + 1, log), 0) << "past its slice of card 1";
+  const pid_t holder = k8s_test::spawn(
+      {SIMGPU_LOAD_PATH, "--seconds", "20", "--kernel-us", "100", "--alloc-mib", std::to_string(kSliceBytes / kMiB)},
+      env, log);
+  ASSERT_TRUE(k8s_test::wait_for_text(log, "ready", 20s)) << k8s_test::read_file(log);
+  // The driver's own account: the slice on card 1, nothing on card 0.
+  const std::string stat_file = dir_ + "/stat.json";
+  const pid_t stat = k8s_test::spawn({SIMGPU_STAT_PATH, "--json"}, simulator_env(), stat_file);
+  EXPECT_EQ(k8s_test::wait_exit(stat, 20s), 0);
+  const std::string json = k8s_test::read_file(stat_file);
+  const auto card0 = json.find("\"uuid\":\"" + kGpu0 + "\"");
+  const auto card1 = json.find("\"uuid\":\"" + kGpu1 + "\"");
+  ASSERT_NE(card0, std::string::npos) << json;
+  ASSERT_NE(card1, std::string::npos) << json;
+  const auto used_after = [&](std::size_t at) { return json.substr(json.find("\"used_bytes\":", at), 40); };
+  EXPECT_EQ(used_after(card1).find("\"used_bytes\":" + std::to_string(kSliceBytes)), 0u) << json;
+  EXPECT_EQ(used_after(card0).find("\"used_bytes\":0,"), 0u) << json;
+  ::kill(holder, SIGTERM);
+  k8s_test::wait_exit(holder, 10s);
+  // Where a runtime left card 0 in view as well, that card is not the container's to use.
+  const auto both = container_env(r);
+  EXPECT_NE(run_load(both, 1, dir_ + "/card0.log"), 0) << k8s_test::read_file(dir_ + "/card0.log");
+}
+
 TEST_F(DevicePluginTest, TwoContainersInPidNamespacesShareOneView) {
   if (std::system("unshare --pid --fork true >/dev/null 2>&1") != 0) GTEST_SKIP() << "unshare --pid --fork does not work here";
   start_plugin();

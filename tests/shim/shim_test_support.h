@@ -54,8 +54,9 @@ inline MemInfo mem_info() {
   return m;
 }
 
-// Starts this program with --child MODE and extra environment ("NAME=" alone removes NAME); its
-// output goes to a file of the test's temporary directory.
+// Starts this program with --child MODE and extra environment ("NAME=" alone removes NAME;
+// "NAME=<empty>" sets it to the empty string); its output goes to a file of the test's temporary
+// directory.
 inline pid_t spawn_child(const std::string& mode, const std::vector<std::string>& env_changes, std::string& out_path) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -65,8 +66,11 @@ inline pid_t spawn_child(const std::string& mode, const std::vector<std::string>
       if (entry.substr(0, entry.find('=') + 1) == change.substr(0, change.find('=') + 1)) replaced = true;
     if (!replaced) env.push_back(entry);
   }
-  for (const std::string& change : env_changes)
-    if (change.back() != '=') env.push_back(change);
+  for (const std::string& change : env_changes) {
+    const std::string name = change.substr(0, change.find('=') + 1);
+    if (change == name + "<empty>") env.push_back(name);
+    else if (change.back() != '=') env.push_back(change);
+  }
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
   envp.push_back(nullptr);

@@ -168,7 +168,12 @@ struct Driver {
   std::atomic<bool> initialized{false};  // read without the lock on every call
   CUresult init_error = CUDA_SUCCESS;
   Machine* machine = nullptr;
+  // The devices this process sees (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER: visible_devices.h):
+  // device ordinals, which are the CUdevice values handed out, are positions in `visible`, which
+  // holds physical indexes. Everything inside the simulator (contexts, allocations, pools, the
+  // machine state, NVML) numbers devices physically; the API converts at its edge.
   int device_count = 0;
+  int visible[kMaxDevices] = {};
   std::unordered_map<const void*, HandleKind> live;  // every live handle and what it is
   std::unordered_map<const void*, HandleKind> destroyed;  // handles destroyed since (see is_live_locked)
   std::vector<struct Capture*> captures;             // stream captures in progress (capture.h)
@@ -224,7 +229,9 @@ inline void remove_live_locked(const void* handle) {
   driver().destroyed[handle] = it->second;
   driver().live.erase(it);
 }
-bool valid_device(CUdevice dev);
+bool valid_device(CUdevice dev);  // a device ordinal of this process
+int physical_device(CUdevice dev);  // its physical index; -1 when it is not one
+CUdevice ordinal_of(int physical);  // the ordinal of a physical device; -1 when this process does not see it
 
 // A potentially unsafe call (memory allocation or free) under the capture rules (capture.h): takes
 // g.mu; CUDA_SUCCESS or the error to return.

@@ -166,6 +166,7 @@ CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* out, CUarray h) {
 CUresult cuArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req, CUarray h, CUdevice dev) {
   if (!req) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   std::lock_guard<std::mutex> lk(driver().mu);
   SimArray* a = live_array_locked(h);
   if (!a) return CUDA_ERROR_INVALID_HANDLE;
@@ -223,6 +224,7 @@ CUresult cuMipmappedArrayGetLevel(CUarray* out, CUmipmappedArray h, unsigned int
 CUresult cuMipmappedArrayGetMemoryRequirements(CUDA_ARRAY_MEMORY_REQUIREMENTS* req, CUmipmappedArray h, CUdevice dev) {
   if (!req) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* m = reinterpret_cast<SimMipmappedArray*>(h);
   if (!is_live_locked(m)) return CUDA_ERROR_INVALID_HANDLE;

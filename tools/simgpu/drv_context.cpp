@@ -111,6 +111,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   Driver& g = driver();
   Context* c = nullptr;
   {
@@ -139,6 +140,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   Driver& g = driver();
   Context* c = nullptr;
   {
@@ -162,6 +164,7 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   Driver& g = driver();
   Context* c = nullptr;
   {
@@ -181,6 +184,7 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* acti
   if (CUresult r = ensure_initialized()) return r;
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
   Context* c = g.primary[dev];
@@ -192,6 +196,7 @@ CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* acti
 CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   if (CUresult r = ensure_initialized()) return r;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   if (flags & ~0x1Fu) return CUDA_ERROR_INVALID_VALUE;
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
@@ -215,6 +220,7 @@ static CUresult create_and_push(CUcontext* pctx, unsigned flags, CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   if (flags & ~0x3Fu) return CUDA_ERROR_INVALID_VALUE;
   Context* c = nullptr;
   if (CUresult r = create_context(dev, flags, false, &c)) return r;
@@ -299,7 +305,7 @@ CUresult cuCtxGetDevice(CUdevice* dev) {
   if (!dev) return CUDA_ERROR_INVALID_VALUE;
   Context* c = nullptr;
   if (CUresult r = current_context(&c)) return r;
-  *dev = c->device;
+  *dev = ordinal_of(c->device);
   return CUDA_SUCCESS;
 }
 
@@ -310,7 +316,7 @@ CUresult cuCtxGetDevice_v2(CUdevice* dev, CUcontext ctx) {
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* c = reinterpret_cast<Context*>(ctx);
   if (CUresult r = checked_context_locked(c)) return r;
-  *dev = c->device;
+  *dev = ordinal_of(c->device);
   return CUDA_SUCCESS;
 }
 

@@ -5,8 +5,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
 #include "driver.h"
 #include "sim_identity.h"
+#include "visible_devices.h"
 
 namespace simgpu {
 
@@ -39,6 +44,15 @@ void report_destroyed_use(const char* function, const void* handle) {
 }
 
 bool valid_device(CUdevice dev) { return dev >= 0 && dev < driver().device_count; }
+
+int physical_device(CUdevice dev) { return valid_device(dev) ? driver().visible[dev] : -1; }
+
+CUdevice ordinal_of(int physical) {
+  const Driver& g = driver();
+  for (int d = 0; d < g.device_count; ++d)
+    if (g.visible[d] == physical) return d;
+  return -1;
+}
 
 CUresult ensure_initialized() {
   Driver& g = driver();
@@ -73,7 +87,17 @@ CUresult cuInit(unsigned int flags) {
   }
   m->reap_dead_slots();
   g.machine = m;
-  g.device_count = m->device_count();
+  std::vector<PhysicalDevice> devices;
+  for (int d = 0; d < m->device_count(); ++d)
+    devices.push_back({device_uuid_string(d), device_pci_bus(d), m->header().sm_count[d]});
+  const std::vector<int> seen =
+      visible_devices(devices, std::getenv("CUDA_VISIBLE_DEVICES"), std::getenv("CUDA_DEVICE_ORDER"));
+  if (seen.empty()) {  // "no CUDA-capable device is detected"
+    g.init_error = CUDA_ERROR_NO_DEVICE;
+    return g.init_error;
+  }
+  g.device_count = static_cast<int>(seen.size());
+  std::copy(seen.begin(), seen.end(), g.visible);
   g.initialized = true;
   return CUDA_SUCCESS;
 }
@@ -111,7 +135,7 @@ CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;
   if (!bytes) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  *bytes = driver().machine->header().memory_bytes[dev];
+  *bytes = driver().machine->header().memory_bytes[physical_device(dev)];
   return CUDA_SUCCESS;
 }
 
@@ -119,7 +143,7 @@ CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;
   if (!uuid) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
-  device_uuid_bytes(dev, reinterpret_cast<unsigned char*>(uuid->bytes));
+  device_uuid_bytes(physical_device(dev), reinterpret_cast<unsigned char*>(uuid->bytes));
   return CUDA_SUCCESS;
 }
 
@@ -131,16 +155,17 @@ CUresult cuDeviceGetPCIBusId(char* bus_id, int len, CUdevice dev) {
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   // The driver's form has a 4-digit domain, "0000:17:00.0": 12 characters, and cuda.h asks for a
   // buffer of 13. (device_pci_bus_id() is NVML's busId, with an 8-digit domain, which would not fit.)
-  std::snprintf(bus_id, static_cast<std::size_t>(len), "%04X:%02X:00.0", 0u, device_pci_bus(dev));
+  std::snprintf(bus_id, static_cast<std::size_t>(len), "%04X:%02X:00.0", 0u, device_pci_bus(physical_device(dev)));
   return CUDA_SUCCESS;
 }
 
 CUresult cuDeviceGetByPCIBusId(CUdevice* dev, const char* bus_id) {
   if (CUresult r = ensure_initialized()) return r;
   if (!dev || !bus_id) return CUDA_ERROR_INVALID_VALUE;
-  int found = device_by_pci_bus_id(bus_id, driver().device_count);
-  if (found < 0) return CUDA_ERROR_INVALID_DEVICE;
-  *dev = found;
+  // A bus ID names a physical device; the answer is its ordinal here, if this process sees it.
+  const int found = device_by_pci_bus_id(bus_id, driver().machine->device_count());
+  if (found < 0 || ordinal_of(found) < 0) return CUDA_ERROR_INVALID_DEVICE;
+  *dev = ordinal_of(found);
   return CUDA_SUCCESS;
 }
 
@@ -149,7 +174,10 @@ CUresult cuDeviceGetAttribute(int* value, CUdevice_attribute attrib, CUdevice de
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (attrib <= 0 || attrib >= CU_DEVICE_ATTRIBUTE_MAX) return CUDA_ERROR_INVALID_VALUE;
-  *value = device_attribute(attrib, dev);
+  const int physical = physical_device(dev);
+  *value = attrib == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+               ? static_cast<int>(driver().machine->header().sm_count[physical])
+               : device_attribute(attrib, physical);
   return CUDA_SUCCESS;
 }
 

@@ -133,7 +133,7 @@ CUresult graph_make_alloc_block_locked(Graph* owner, CUDA_MEM_ALLOC_NODE_PARAMS&
   b->base = reinterpret_cast<std::uintptr_t>(va);
   b->size = p.bytesize;
   b->footprint = footprint;
-  b->device = props.location.id;
+  b->device = physical_device(props.location.id);
   b->owner = owner;
   state_locked().blocks[b->base] = b;
   p.dptr = static_cast<CUdeviceptr>(b->base);
@@ -349,6 +349,7 @@ CUresult cuGraphMemFreeNodeGetParams(CUgraphNode hn, CUdeviceptr* out) {
 CUresult cuDeviceGraphMemTrim(CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   std::lock_guard<std::mutex> lk(driver().mu);
   GraphMemoryState& st = state_locked();
   // Unmap what no live allocation and no queued or running launch uses...
@@ -367,6 +368,7 @@ CUresult cuDeviceGraphMemTrim(CUdevice dev) {
 CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void* value) {
   if (CUresult r = ensure_initialized()) return r;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lk(driver().mu);
   const GraphMemPool& pool = state_locked().pools[dev];
@@ -384,6 +386,7 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, v
 CUresult cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, void* value) {
   if (CUresult r = ensure_initialized()) return r;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lk(driver().mu);
   GraphMemPool& pool = state_locked().pools[dev];

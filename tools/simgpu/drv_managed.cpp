@@ -17,7 +17,7 @@ int target_of(const CUmemLocation& where) {
     case CU_MEM_LOCATION_TYPE_HOST:
     case CU_MEM_LOCATION_TYPE_HOST_NUMA:
     case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return kHost;
-    case CU_MEM_LOCATION_TYPE_DEVICE: return valid_device(where.id) ? where.id : -2;
+    case CU_MEM_LOCATION_TYPE_DEVICE: return valid_device(where.id) ? physical_device(where.id) : -2;
     default: return -2;
   }
 }

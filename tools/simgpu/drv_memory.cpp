@@ -330,7 +330,7 @@ static CUresult pointer_attribute_locked(void* data, CUpointer_attribute attr, C
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<int*>(data) = 1; break;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = a->buffer_id; break;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<int*>(data) = a->kind == MemKind::managed; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = a->device; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = ordinal_of(a->device); break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
       // For memory mapped with cuMemMap the range is the whole cuMemAddressReserve reservation, not

@@ -99,7 +99,7 @@ CUresult capture_alloc_locked(CUdeviceptr* dptr, std::size_t bytes, int device, 
   CUDA_MEM_ALLOC_NODE_PARAMS p{};
   p.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
   p.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  p.poolProps.location.id = device;
+  p.poolProps.location.id = ordinal_of(device);  // the node's parameters, as the application sees them
   p.bytesize = bytes;
   std::shared_ptr<GraphMemBlock> block;
   if (CUresult r = graph_make_alloc_block_locked(s->capture->graph, p, driver().device_count, &block)) return r;
@@ -233,6 +233,7 @@ CUresult cuDeviceGetDefaultMemPool(CUmemoryPool* out, CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   std::lock_guard<std::mutex> lk(driver().mu);
   default_pool_locked(dev);
   *out = reinterpret_cast<CUmemoryPool>(driver().default_pool[dev]);
@@ -243,6 +244,7 @@ CUresult cuDeviceGetMemPool(CUmemoryPool* out, CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;
   if (!out) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   std::lock_guard<std::mutex> lk(driver().mu);
   *out = reinterpret_cast<CUmemoryPool>(default_pool_locked(dev));
   return CUDA_SUCCESS;
@@ -251,6 +253,7 @@ CUresult cuDeviceGetMemPool(CUmemoryPool* out, CUdevice dev) {
 CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) {
   if (CUresult r = ensure_initialized()) return r;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  dev = physical_device(dev);  // numbered physically from here on
   std::lock_guard<std::mutex> lk(driver().mu);
   MemPool* p = live_pool_locked(pool);
   if (!p || p->device != dev) return CUDA_ERROR_INVALID_VALUE;
@@ -273,7 +276,7 @@ CUresult cuMemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* props) {
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* p = new MemPool();
   p->host = where != CU_MEM_LOCATION_TYPE_DEVICE;
-  p->device = p->host ? 0 : props->location.id;
+  p->device = p->host ? 0 : physical_device(props->location.id);
   add_live_locked(p);
   *out = reinterpret_cast<CUmemoryPool>(p);
   return CUDA_SUCCESS;

@@ -208,7 +208,7 @@ CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int f) { return 
     return stream_property(h, PT, id, [](const Stream& s) { return static_cast<unsigned long long>(s.id); }); \
   }                                                                                                           \
   CUresult cuStreamGetDevice##SUFFIX(CUstream h, CUdevice* d) {                                               \
-    return stream_property(h, PT, d, [](const Stream& s) { return static_cast<CUdevice>(s.ctx->device); });   \
+    return stream_property(h, PT, d, [](const Stream& s) { return ordinal_of(s.ctx->device); });   \
   }                                                                                                           \
   CUresult cuLaunchHostFunc##SUFFIX(CUstream h, CUhostFn fn, void* data) {           \
     if (!fn) return CUDA_ERROR_INVALID_VALUE;                                        \

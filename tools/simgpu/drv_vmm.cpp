@@ -95,7 +95,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   if (size == 0 || size % kMemoryGranularity) return CUDA_ERROR_INVALID_VALUE;
   if (prop->requestedHandleTypes & ~static_cast<unsigned>(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
     return CUDA_ERROR_NOT_SUPPORTED;  // the other handle types are not simulated
-  const int dev = prop->location.id;
+  const int dev = physical_device(prop->location.id);
   if (!charge_device(dev, size)) return CUDA_ERROR_OUT_OF_MEMORY;
   // The memfd's name carries the device, for a process that imports it.
   const std::string name = "simgpu-vmm-device-" + std::to_string(dev);
@@ -228,7 +228,7 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmem
   *prop = CUmemAllocationProp{};
   prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop->location.id = p->device;
+  prop->location.id = ordinal_of(p->device);
   return CUDA_SUCCESS;
 }
 
@@ -259,8 +259,8 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   const ssize_t n = readlink(path, link, sizeof link - 1);
   const char* marker = n > 0 ? std::strstr(link, "simgpu-vmm-device-") : nullptr;
   if (fstat(fd, &st) != 0 || marker == nullptr) return CUDA_ERROR_INVALID_VALUE;  // not one of ours
-  const int dev = std::atoi(marker + std::strlen("simgpu-vmm-device-"));
-  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  const int dev = std::atoi(marker + std::strlen("simgpu-vmm-device-"));  // physical
+  if (ordinal_of(dev) < 0) return CUDA_ERROR_INVALID_DEVICE;  // a device this process does not see
   const int own = dup(fd);  // the caller keeps (and closes) its descriptor
   if (own < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard<std::mutex> lk(driver().mu);

@@ -60,7 +60,7 @@ bool config_matches(const MachineHeader& h, const MachineConfig& c) {
       h.context_bytes != c.context_bytes)
     return false;
   for (std::uint32_t d = 0; d < c.device_count; ++d)
-    if (h.memory_bytes[d] != c.memory_bytes[d]) return false;
+    if (h.memory_bytes[d] != c.memory_bytes[d] || h.sm_count[d] != c.sm_count[d]) return false;
   return true;
 }
 
@@ -74,6 +74,7 @@ void initialize_state(MachineState* s, const MachineConfig& c) {
   s->header.context_bytes = c.context_bytes;
   for (std::uint32_t d = 0; d < c.device_count; ++d) {
     s->header.memory_bytes[d] = c.memory_bytes[d];
+    s->header.sm_count[d] = c.sm_count[d];
     s->devices[d].total_bytes = c.memory_bytes[d];
     init_robust_mutex(&s->devices[d].memory_lock);
   }
@@ -125,7 +126,7 @@ bool parse_quantity(const std::string& text, std::uint64_t& bytes) {
 
 bool read_machine_config(MachineConfig& out, std::string& error) {
   MachineConfig c;
-  for (int d = 0; d < kMaxDevices; ++d) c.memory_bytes[d] = 24ull << 30;
+  for (int d = 0; d < kMaxDevices; ++d) c.memory_bytes[d] = 24ull << 30, c.sm_count[d] = 128;
   if (const char* v = std::getenv("SIMGPU_DEVICES"); v && *v) {
     char* end = nullptr;
     long n = std::strtol(v, &end, 10);
@@ -153,6 +154,27 @@ bool read_machine_config(MachineConfig& out, std::string& error) {
       pos = comma + 1;
     }
     for (; d < kMaxDevices; ++d) c.memory_bytes[d] = last;  // the last size applies to the rest
+  }
+  if (const char* v = std::getenv("SIMGPU_SM_COUNT"); v && *v) {
+    // Like SIMGPU_MEMORY: one count for every device, or a comma list whose last count applies on.
+    std::string list = v;
+    long last = 0;
+    int d = 0;
+    for (std::size_t pos = 0; d < kMaxDevices; ++d) {
+      const std::size_t comma = list.find(',', pos);
+      const std::string item = list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+      char* end = nullptr;
+      last = std::strtol(item.c_str(), &end, 10);
+      if (item.empty() || *end || last < 1 || last > 1024) {
+        error = std::string("SIMGPU_SM_COUNT='") + v + "' is not a multiprocessor count from 1 to 1024 or a comma " +
+                "list of them (example: SIMGPU_SM_COUNT=64,128)";
+        return false;
+      }
+      c.sm_count[d] = static_cast<std::uint32_t>(last);
+      if (comma == std::string::npos) { ++d; break; }
+      pos = comma + 1;
+    }
+    for (; d < kMaxDevices; ++d) c.sm_count[d] = static_cast<std::uint32_t>(last);
   }
   if (const char* v = std::getenv("SIMGPU_TIMESLICE_US"); v && *v) {
     char* end = nullptr;

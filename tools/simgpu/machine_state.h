@@ -16,7 +16,7 @@
 namespace simgpu {
 
 constexpr std::uint32_t kStateMagic = 0x53494d47;  // "SIMG"
-constexpr std::uint32_t kStateVersion = 2;  // 2: host_pid
+constexpr std::uint32_t kStateVersion = 3;  // 2: host_pid; 3: sm_count
 constexpr int kMaxDevices = 8;
 constexpr int kMaxProcesses = 1024;
 constexpr int kWaiterWords = kMaxProcesses / 64;
@@ -71,6 +71,8 @@ struct MachineHeader {
   std::uint32_t timeslice_us;
   std::uint64_t context_bytes;
   std::uint64_t memory_bytes[kMaxDevices];
+  // Multiprocessors per device: its speed, by which CUDA_DEVICE_ORDER=FASTEST_FIRST orders devices.
+  std::uint32_t sm_count[kMaxDevices];
 };
 
 struct MachineState {
@@ -85,6 +87,7 @@ struct MachineConfig {
   std::uint64_t memory_bytes[kMaxDevices] = {};
   std::uint32_t timeslice_us = 2000;
   std::uint64_t context_bytes = 0;
+  std::uint32_t sm_count[kMaxDevices] = {};
   std::string state_path = "/dev/shm/simgpu";
 };
 

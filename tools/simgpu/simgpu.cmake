@@ -3,7 +3,7 @@
 set(SIMGPU_LIB_DIR ${CMAKE_BINARY_DIR}/simgpu CACHE INTERNAL "folder of the simulated driver")
 
 # The machine state and device identity, shared by the driver, NVML and simgpu-stat.
-add_library(simgpu_common STATIC machine_state.cpp sim_identity.cpp)
+add_library(simgpu_common STATIC machine_state.cpp sim_identity.cpp visible_devices.cpp)
 target_include_directories(simgpu_common PUBLIC ${CMAKE_CURRENT_SOURCE_DIR} ${CUDA_DRIVER_INCLUDE_DIR})
 target_link_libraries(simgpu_common PUBLIC Threads::Threads)
 
