@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Gathers what tests/gpu/run.sh needs from this machine's build into build/gpu-carry/ (about 40 MiB),
-# for a GPU machine that has the toolkit but none of our Debian packages: libslice.so, the device
-# plugin, and the shared libraries the plugin needs beyond glibc and the C++ runtime (gRPC,
-# protobuf, spdlog...). Carry that one folder; run.sh looks there when build/lib and build/bin are
+# Gathers what tests/gpu/run.sh needs from this machine's build into build/gpu-carry/ (about 25 MiB),
+# for a GPU machine that has the toolkit but none of our Debian packages: libslice.so, slicectl,
+# the device plugin, and the shared libraries the plugin needs beyond glibc and the C++ runtime
+# (gRPC, protobuf, spdlog...). Carry that one folder; run.sh looks there when build/lib and build/bin are
 # not present, and puts its runtime-libs/ on the plugin's library path.
 #   tests/gpu/prepare_carry.sh   (after scripts/setup.sh)
 set -euo pipefail
@@ -12,6 +12,7 @@ rm -rf "$carry"
 mkdir -p "$carry/lib" "$carry/bin" "$carry/runtime-libs"
 [ -f build/lib/libslice.so ] || { echo "prepare_carry: build/lib/libslice.so is missing (scripts/setup.sh)"; exit 1; }
 cp build/lib/libslice.so "$carry/lib/"
+[ -x build/bin/slicectl ] && cp build/bin/slicectl "$carry/bin/"
 plugin=build/bin/slice-device-plugin
 if [ -x "$plugin" ]; then
   cp "$plugin" "$carry/bin/"

@@ -1,15 +1,20 @@
 // On a real GPU: replays every cuGetProcAddress_v2 look-up the CUDA 13 runtime makes
 // (tests/data/cudart13-procaddr-lookups.tsv) against the installed driver, and records whether the
-// driver hands out exactly its exported symbol for each (ARCHITECTURE.md part B leaves this open).
-// Exit status 0 when every row resolves to the recorded export (or is not found where recorded so).
+// driver hands out exactly its exported symbol for each (libslice substitutes its wrapper only for
+// the very function the driver answered). An answer that is another export's address (a sibling ABI:
+// _v2 for the plain name, _ptsz for the default-stream one) is wrong; one at an address no export
+// has is counted apart. Exit status 0 when every row resolves to the recorded export (or is not
+// found where recorded so).
 #include <cuda.h>
 #include <dlfcn.h>
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 using GetProcV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 using Init = CUresult (*)(unsigned);
@@ -29,6 +34,18 @@ int main(int argc, char** argv) {
   if (!init || !get || init(0) != CUDA_SUCCESS) {
     std::printf("procaddr_real: the driver did not initialise\n");
     return 1;
+  }
+  // Every export the recording names, by address: to tell a sibling's address from an unknown one.
+  std::map<void*, std::string> exports;
+  {
+    std::ifstream all(argv[1]);
+    std::string row;
+    while (std::getline(all, row)) {
+      const std::size_t tab = row.rfind('\t');
+      if (tab == std::string::npos || row[0] == '#') continue;
+      const std::string name = row.substr(tab + 1);
+      if (void* a = dlsym(lib, name.c_str())) exports[a] = name;
+    }
   }
   std::ifstream in(argv[1]);
   std::string line;
@@ -61,6 +78,10 @@ int main(int argc, char** argv) {
                   expected.c_str());
     } else if (p == exported) {
       ++same;
+    } else if (exports.count(p)) {
+      ++wrong;  // another ABI's export: a wrapper of the recorded one would misread its arguments
+      std::printf("  %s@%s flags %s: the address of %s, not of %s\n", symbol.c_str(), version.c_str(), flags.c_str(),
+                  exports[p].c_str(), expected.c_str());
     } else {
       ++other_address;  // a valid entry point, but not the exported symbol's address
       std::printf("  %s@%s flags %s: address differs from dlsym(%s)\n", symbol.c_str(), version.c_str(),

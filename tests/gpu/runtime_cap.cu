@@ -1,47 +1,142 @@
-// The CUDA runtime under libslice on a real GPU: cudaMemGetInfo shows the cap, cudaMalloc is
-// refused at it (never past it), and a kernel still launches and runs. Run with
-// LD_PRELOAD=libslice.so and SLICE_MEMORY_LIMIT=<cap bytes>; the cap is passed as argv[1] too.
+// The CUDA runtime under libslice on a real GPU: cudaMemGetInfo shows the cap, and each of the
+// runtime's allocation paths is refused at it, never past it: cudaMalloc, cudaMallocAsync,
+// cudaMallocManaged, cudaMallocPitch, cudaMallocArray, and a graph allocation node (a captured
+// cudaMallocAsync, mapped at the graph's launch). Kernels still launch and run with room left.
+// Run with LD_PRELOAD=libslice.so and SLICE_MEMORY_LIMIT=<cap bytes>.
+// Usage: runtime_cap CAP_BYTES
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <vector>
+
+namespace {
+
+constexpr size_t kBlock = 256ull << 20;
+unsigned long long g_cap = 0;
+int g_failures = 0;
+
+void expect(bool ok, const std::string& what) {
+  std::printf("%s  %s\n", ok ? "ok  " : "FAIL", what.c_str());
+  if (!ok) ++g_failures;
+}
+
+size_t free_now() {
+  size_t f = 0, t = 0;
+  cudaMemGetInfo(&f, &t);
+  return f;
+}
 
 __global__ void add_one(int* p) { p[threadIdx.x] += 1; }
 
-int main(int argc, char** argv) {
-  if (argc != 2) return 2;
-  const unsigned long long cap = std::strtoull(argv[1], nullptr, 10);
-  size_t free_bytes = 0, total = 0;
-  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return std::puts("cudaMemGetInfo failed"), 1;
-  std::printf("cudaMemGetInfo: free %zu total %zu (cap %llu)\n", free_bytes, total, cap);
-  if (total != cap || free_bytes > cap) return std::puts("FAIL: the runtime does not see the cap"), 1;
-  const size_t block = 256ull << 20;
-  std::vector<void*> blocks;
-  for (;;) {
-    void* p = nullptr;
-    const cudaError_t rc = cudaMalloc(&p, block);
-    if (rc == cudaErrorMemoryAllocation) break;
-    if (rc != cudaSuccess) return std::printf("FAIL: cudaMalloc: %s\n", cudaGetErrorString(rc)), 1;
-    blocks.push_back(p);
-    if (blocks.size() * block > cap) return std::puts("FAIL: allocated past the cap"), 1;
-  }
-  cudaGetLastError();  // clear the refusal
-  std::printf("cudaMalloc: %zu blocks of 256 MiB before the refusal\n", blocks.size());
-  if ((blocks.size() + 1) * block + (cap - free_bytes) <= cap)
-    return std::puts("FAIL: refused although a block still fitted"), 1;
-  cudaMemGetInfo(&free_bytes, &total);
-  std::printf("after filling: free %zu total %zu\n", free_bytes, total);
-  if (free_bytes >= block) return std::puts("FAIL: free memory reported after the refusal"), 1;
-  int* d = static_cast<int*>(blocks[0]);
+bool kernel_runs(int* d) {
   cudaMemset(d, 0, 32 * sizeof(int));
   add_one<<<1, 32>>>(d);
   int h[32] = {};
-  if (cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) != cudaSuccess || h[31] != 1)
-    return std::puts("FAIL: the kernel did not run"), 1;
-  for (void* p : blocks) cudaFree(p);
-  cudaMemGetInfo(&free_bytes, &total);
-  std::printf("after freeing: free %zu\n", free_bytes);
-  std::puts("PASS");
-  return 0;
+  return cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess && h[31] == 1;
+}
+
+void fill(const std::string& path, const std::function<cudaError_t(void**)>& alloc,
+          const std::function<void(void*)>& release, size_t slack = 0) {
+  const size_t before = free_now();
+  std::vector<void*> held;
+  cudaError_t last = cudaSuccess;
+  while (held.size() * kBlock <= g_cap + kBlock) {
+    void* p = nullptr;
+    last = alloc(&p);
+    if (last != cudaSuccess) break;
+    held.push_back(p);
+  }
+  cudaGetLastError();  // clear the refusal
+  std::printf("%s: %zu blocks of 256 MiB, then %s (free before %zu MiB)\n", path.c_str(), held.size(),
+              cudaGetErrorName(last), before >> 20);
+  expect(last == cudaErrorMemoryAllocation, path + ": refused with cudaErrorMemoryAllocation");
+  expect(held.size() * kBlock <= before, path + ": never past the cap");
+  expect((held.size() + 1) * (kBlock + slack) > before, path + ": not refused while a block still fitted");
+  for (void* p : held) release(p);
+  cudaDeviceSynchronize();
+  expect(free_now() == before, path + ": everything given back");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) return 2;
+  g_cap = std::strtoull(argv[1], nullptr, 10);
+  size_t free_bytes = 0, total = 0;
+  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return std::puts("FAIL: cudaMemGetInfo"), 1;
+  std::printf("cudaMemGetInfo: free %zu total %zu (cap %llu)\n", free_bytes, total, g_cap);
+  expect(total == g_cap && free_bytes <= g_cap, "the runtime sees the cap");
+
+  // A kernel with most of the cap taken, but room left for what a launch needs.
+  {
+    std::vector<void*> taken;
+    void* p = nullptr;
+    while (free_now() > 768ull << 20 && cudaMalloc(&p, kBlock) == cudaSuccess) taken.push_back(p);
+    int* d = nullptr;
+    expect(cudaMalloc(&d, 4096) == cudaSuccess && kernel_runs(d), "a kernel runs beside most of the cap in use");
+    cudaFree(d);
+    for (void* q : taken) cudaFree(q);
+  }
+  fill("cudaMalloc", [](void** p) { return cudaMalloc(p, kBlock); }, [](void* p) { cudaFree(p); });
+  cudaStream_t s;
+  cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  cudaMemPool_t pool;
+  cudaDeviceGetDefaultMemPool(&pool, 0);
+  fill("cudaMallocAsync", [&](void** p) { return cudaMallocAsync(p, kBlock, s); },
+       [&](void* p) {
+         cudaFreeAsync(p, s);
+         cudaStreamSynchronize(s);
+         cudaMemPoolTrimTo(pool, 0);
+       });
+  fill("cudaMallocManaged", [](void** p) { return cudaMallocManaged(p, kBlock); }, [](void* p) { cudaFree(p); });
+  fill("cudaMallocPitch",
+       [](void** p) {
+         size_t pitch = 0;
+         return cudaMallocPitch(p, &pitch, 1u << 20, 256);
+       },
+       [](void* p) { cudaFree(p); }, 64ull << 20);
+  fill("cudaMallocArray",
+       [](void** p) {
+         cudaChannelFormatDesc f = cudaCreateChannelDesc<float>();
+         return cudaMallocArray(reinterpret_cast<cudaArray_t*>(p), &f, 16384, 4096);
+       },
+       [](void* p) { cudaFreeArray(static_cast<cudaArray_t>(p)); }, 64ull << 20);
+  // A captured cudaMallocAsync: the graph's allocation node takes memory at its launch.
+  struct Captured {
+    cudaGraphExec_t exec = nullptr;
+    void* ptr = nullptr;
+  };
+  fill("graph allocation node",
+       [&](void** out) {
+         auto* c = new Captured();
+         cudaGraph_t g = nullptr;
+         cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+         cudaMallocAsync(&c->ptr, kBlock, s);
+         cudaError_t rc = cudaStreamEndCapture(s, &g);
+         if (rc == cudaSuccess) rc = cudaGraphInstantiate(&c->exec, g, 0);
+         if (g) cudaGraphDestroy(g);
+         if (rc == cudaSuccess) rc = cudaGraphLaunch(c->exec, s);
+         if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
+         if (rc != cudaSuccess) {
+           if (c->exec) cudaGraphExecDestroy(c->exec);
+           delete c;
+           cudaDeviceGraphMemTrim(0);
+           return rc;
+         }
+         *out = c;
+         return cudaSuccess;
+       },
+       [&](void* p) {
+         auto* c = static_cast<Captured*>(p);
+         cudaFreeAsync(c->ptr, s);
+         cudaStreamSynchronize(s);
+         cudaGraphExecDestroy(c->exec);
+         delete c;
+         cudaDeviceGraphMemTrim(0);
+       }, 2ull << 20);
+  std::puts(g_failures == 0 ? "PASS" : "FAIL");
+  return g_failures == 0 ? 0 : 1;
 }

@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""tests/gpu/run.sh's summary: reads the checks' results (results.tsv: name, status, seconds, detail)
+and the figures (figures.tsv: section, name, value, unit), prints one table, and writes summary.json.
+Usage: summarize.py OUT_DIR MODE   (MODE: gpu or dry-run)"""
+import json
+import os
+import sys
+
+
+def read_tsv(path, fields):
+    rows = []
+    if os.path.exists(path):
+        for line in open(path, encoding="utf-8", errors="replace"):
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) >= fields:
+                rows.append(parts[:fields - 1] + ["\t".join(parts[fields - 1:])])
+    return rows
+
+
+def main():
+    out, mode = sys.argv[1], sys.argv[2]
+    results = [{"check": n, "status": s, "seconds": float(t or 0), "detail": d}
+               for n, s, t, d in read_tsv(os.path.join(out, "results.tsv"), 4)]
+    figures = [{"section": s, "name": n, "value": v, "unit": u}
+               for s, n, v, u in read_tsv(os.path.join(out, "figures.tsv"), 4)]
+    counts = {k: sum(1 for r in results if r["status"] == k) for k in ("PASS", "FAIL", "TIMEOUT", "SKIP")}
+    print(f"== tests/gpu summary ({mode}) ==")
+    print(f"{'check':<34} {'result':<7} {'seconds':>7}  detail")
+    for r in results:
+        print(f"{r['check']:<34} {r['status']:<7} {r['seconds']:>7.1f}  {r['detail'][:90]}")
+    if figures:
+        print()
+        print(f"{'figure':<44} {'value':>12}  unit")
+        section = None
+        for f in figures:
+            if f["section"] != section:
+                section = f["section"]
+                print(f"[{section}]")
+            print(f"  {f['name']:<42} {f['value']:>12}  {f['unit']}")
+    failed = counts["FAIL"] + counts["TIMEOUT"]
+    print(f"\n{counts['PASS']} passed, {counts['FAIL']} failed, {counts['TIMEOUT']} timed out, {counts['SKIP']} skipped")
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump({"mode": mode, "counts": counts, "checks": results, "figures": figures}, f, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
