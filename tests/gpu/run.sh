@@ -197,6 +197,21 @@ else
     wait $holder
   fi
   record nvml-sees-pids PASS 0 "$([ $context_charged = 1 ] && echo "yes: context memory is measured" || echo "no: context memory is not measurable here")"
+  # The same CUDA process under libslice with a 1 GiB cap: the coordinator works here and the cap is
+  # what the process is told. Every check under libslice depends on it.
+  if [ $slice_ok = 1 ]; then
+    preflight_slice() {
+      env LD_PRELOAD="$slice" SLICE_COORDINATOR_DIR="$coordinator" SLICE_TENANT=preflight \
+        SLICE_MEMORY_LIMIT=$((1 << 30)) "$bin/preflight" || return 1
+      local total
+      total=$(sed -n 's/^total_bytes=//p' "$logs/preflight-libslice-gpu.log" 2>/dev/null | tail -1)
+      [ -z "$total" ] || [ "$total" = $((1 << 30)) ] || { echo "preflight=FAIL told a total of $total bytes, not the 1 GiB cap"; return 1; }
+    }
+    check preflight-libslice-gpu 120 preflight_slice || {
+      slice_ok=0
+      echo "tests/gpu: libslice does not work with this GPU ($(tail -1 "$logs/preflight-libslice-gpu.log")): the checks under it are left out"
+    }
+  fi
 fi
 
 # ---- the checks on the real GPU ----
@@ -410,6 +425,10 @@ PY
     }
     check cpu 60 cpu
   fi
+fi
+
+if [ $dry_run = 0 ] && [ $slice_ok = 0 ]; then
+  skip checks-under-libslice "libslice failed its preflight (above): nothing under it was run"
 fi
 
 # ---- the end: the table, summary.json, and the logs packed when they are many ----
