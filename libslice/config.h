@@ -65,6 +65,7 @@ struct Config {
   Priority priority = Priority::normal;
   std::string tenant;  // empty: libslice assigns a unique name
   std::string coordinator_dir = "/dev/shm/libslice";
+  std::string policy_dir = "/etc/libslice/policy";
   LogLevel log_level = LogLevel::warn;
   std::string log_file;  // empty: standard error
   bool disable = false;

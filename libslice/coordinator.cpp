@@ -112,8 +112,10 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
                                                std::vector<std::string>& warnings) {
   std::unique_ptr<Coordinator> c(new Coordinator());
   c->dir_ = r.dir;
+  // A managed tenant's process first: it must not make the coordinator folder its own before the
+  // boot step (slicectl prepare) has made it root's.
+  if (!managed_tenant_file_ok(r.dir, r.policy_dir, r.tenant, error)) return nullptr;
   if (!prepare_coordinator_dir(r.dir, error)) return nullptr;
-  if (!managed_tenant_file_ok(r.dir, r.tenant, error)) return nullptr;
   c->tenant_ = TenantFileHandle::open(r.dir, r.tenant, TenantFileHandle::Mode::create, error);
   if (!c->tenant_) return nullptr;
   if (!c->tenant_->lock_init(2'000'000'000ull)) {
@@ -191,7 +193,8 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
   // Outside the registration lock: a recount may wait for other processes' changes.
   if (ok && c->stale_slot_) c->ledger_->recount();
   if (!ok) return nullptr;
-  c->policy_.open(r.dir);
+  c->policy_dir_ = r.policy_dir;
+  c->policy_.open(r.policy_dir);
   c->cap_count_ = r.devices.size();
   c->compute_shares_ = std::make_unique<std::atomic<std::uint32_t>[]>(std::max<std::size_t>(c->cap_count_, 1));
   for (std::size_t i = 0; i < c->cap_count_; ++i) c->compute_shares_[i].store(100);
@@ -232,7 +235,7 @@ void Coordinator::refresh_policy() {
   const TenantFile& f = tenant_->file();
   Policy p;
   std::string message;
-  const bool have = read_policy(dir_, tenant_->name(), p, message) == PolicyStatus::ok;
+  const bool have = read_policy(policy_dir_, tenant_->name(), p, message) == PolicyStatus::ok;
   const std::uint32_t limit = have && p.compute_limit ? *p.compute_limit : f.header.registered.compute_limit;
   const Priority priority = have && p.priority ? *p.priority : priority_from_stored(f.header.registered.priority);
   compute_limit_.store(std::clamp<std::uint32_t>(limit, 1, 100));

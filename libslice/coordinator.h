@@ -31,7 +31,8 @@ struct DeviceInfo {
 };
 
 struct JoinRequest {
-  std::string dir;
+  std::string dir;         // the coordinator folder (live state)
+  std::string policy_dir;  // the administrator's policies (persistent)
   std::string tenant;
   std::vector<DeviceInfo> devices;
   std::uint32_t compute_share = 100;
@@ -115,6 +116,7 @@ class Coordinator {
   std::unique_ptr<MemoryLedger> ledger_;
   PolicyWatcher policy_;
   std::string dir_;
+  std::string policy_dir_;
   int slot_ = -1;
   std::vector<int> entries_;      // JoinRequest device index -> tenant file device entry
   // Effective cap per JoinRequest device, and compute settings: read by any thread, rewritten under

@@ -26,14 +26,14 @@ std::string bounded(const char* s, std::size_t cap) { return std::string(s, strn
 std::uint32_t percent(std::uint32_t v) { return std::clamp<std::uint32_t>(v, 1, 100); }
 
 // `now_ns`: when the snapshot `h` was taken (the monotonic clock, as the scheduler's).
-TenantView view_of(const std::string& dir, const TenantFileHandle& h, std::uint64_t now_ns, std::uint64_t wall_ms) {
+TenantView view_of(const std::string& policy_dir, const TenantFileHandle& h, std::uint64_t now_ns, std::uint64_t wall_ms) {
   const TenantFile& f = h.file();
   TenantView v;
   v.name = h.name();
   v.read_wall_ms = wall_ms;
   Policy policy;
   std::string message;
-  const PolicyStatus status = read_policy(dir, v.name, policy, message);
+  const PolicyStatus status = read_policy(policy_dir, v.name, policy, message);
   v.policy = status == PolicyStatus::ok;
   if (status == PolicyStatus::untrusted || status == PolicyStatus::invalid) v.policy_problem = message;
   const Limits& reg = f.header.registered;
@@ -119,7 +119,7 @@ std::optional<double> compute_used(const ReceivedHistory& history, std::uint64_t
   return std::clamp(static_cast<double>(received) / static_cast<double>(window_ns), 0.0, 1.0);
 }
 
-std::vector<TenantView> read_coordinator(const std::string& dir, std::string& error) {
+std::vector<TenantView> read_coordinator(const std::string& dir, const std::string& policy_dir, std::string& error) {
   std::vector<TenantView> out;
   DIR* d = opendir((dir + "/tenants").c_str());
   if (!d) {
@@ -142,7 +142,7 @@ std::vector<TenantView> read_coordinator(const std::string& dir, std::string& er
       out.push_back(v);
       continue;
     }
-    out.push_back(view_of(dir, *h, monotonic_ns(), wall_clock_ms()));  // right after the snapshot
+    out.push_back(view_of(policy_dir, *h, monotonic_ns(), wall_clock_ms()));  // right after the snapshot
   }
   return out;
 }

@@ -83,9 +83,9 @@ struct TenantView {
 std::optional<double> compute_used(const ReceivedHistory& history, std::uint64_t received_ns, std::uint64_t now_ns,
                                    std::uint64_t window_ns);
 
-// Reads every tenant of the coordinator. `error` is set (and the result empty) only when the folder
+// Reads every tenant of the coordinator (with the policies of `policy_dir`). `error` is set (and the result empty) only when the folder
 // itself cannot be read.
-std::vector<TenantView> read_coordinator(const std::string& dir, std::string& error);
+std::vector<TenantView> read_coordinator(const std::string& dir, const std::string& policy_dir, std::string& error);
 
 // Reaps the dead processes of one tenant (needs write access: root, or the tenant's own user).
 // Returns the number reaped, or -1 with `error`.

@@ -1,10 +1,12 @@
 #include "policy.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,22 +20,41 @@ namespace {
 
 constexpr std::uint64_t kLookAgainNs = 1'000'000'000;  // a missing policy folder is looked for once a second
 
-std::string policy_dir(const std::string& dir) { return dir + "/policy"; }
-std::string generation_path(const std::string& dir) { return policy_dir(dir) + "/.generation"; }
+std::string generation_path(const std::string& policy_dir) { return policy_dir + "/.generation"; }
 
 // Root-owned and writable by nobody else: the only place a tenant cannot write.
 bool trusted(const struct stat& st) { return st.st_uid == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) == 0; }
 
+// The policy folder itself (never a link) trusted, and every folder above it root's and, where others
+// may write, sticky: a user who could rename a parent could put a folder of their own in its place.
+bool policy_folder_trusted(const std::string& policy_dir, std::string& message) {
+  struct stat st {};
+  if (policy_dir.empty() || policy_dir[0] != '/' || lstat(policy_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) ||
+      !trusted(st)) {
+    message = policy_dir + " is not a folder that belongs to root and that nobody else may write";
+    return false;
+  }
+  for (std::size_t end = policy_dir.rfind('/'); end != std::string::npos && end > 0; end = policy_dir.rfind('/', end - 1)) {
+    const std::string parent = policy_dir.substr(0, end);
+    if (stat(parent.c_str(), &st) != 0 || st.st_uid != 0 ||
+        ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)) {
+      message = parent + ", above " + policy_dir + ", is not root's (or is writable by others and not sticky)";
+      return false;
+    }
+  }
+  return true;
+}
+
 // The coordinator folder and its tenants/ folder: root's, and where others may write, sticky (so
-// nobody may rename or remove root's entries, the policy folder among them). A folder a user made
-// would let that user move the policy folder away, or point root's writes elsewhere with links.
+// nobody may rename or remove root's entries, the tenant files root made among them). A folder a
+// user made would let that user move root's files away, or point root's writes elsewhere with links.
 bool coordinator_trusted(const std::string& dir, std::string& message) {
   for (const std::string& path : {dir, dir + "/tenants"}) {
     struct stat st {};
     if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
         ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)) {
-      message = path + " is not a folder that belongs to root (sticky where others may write): policies "
-                "there cannot be trusted; have root make the coordinator folder (mkdir -m 1777 " + dir + ")";
+      message = path + " is not a folder that belongs to root (sticky where others may write): root's tenant "
+                "files there could be replaced; have root make the coordinator folder (slicectl prepare)";
       return false;
     }
   }
@@ -68,6 +89,7 @@ std::string Policy::to_text(const std::string& tenant) const {
   if (compute_share) o << "compute_share = " << *compute_share << "\n";
   if (compute_limit) o << "compute_limit = " << *compute_limit << "\n";
   if (priority) o << "priority = " << to_string(*priority) << "\n";
+  if (group) o << "group = " << *group << "\n";
   return o.str();
 }
 
@@ -102,6 +124,11 @@ bool parse_policy(const std::string& text, Policy& out, std::string& message) {
       ok = priority.value.has_value();
       reason = priority.reason;
       p.priority = priority.value;
+    } else if (key == "group") {
+      // A number: a name could mean another group on the machine that reads it at boot.
+      ok = !value.empty() && value.size() < 10 && value.find_first_not_of("0123456789") == std::string::npos;
+      reason = "a group number (gid) is expected";
+      if (ok) p.group = static_cast<unsigned>(std::stoul(value));
     } else {
       message = "line " + std::to_string(n) + ": unknown key '" + key + "'";
       return false;
@@ -115,20 +142,20 @@ bool parse_policy(const std::string& text, Policy& out, std::string& message) {
   return true;
 }
 
-PolicyStatus read_policy(const std::string& dir, const std::string& tenant, Policy& out, std::string& message) {
-  const std::string folder = policy_dir(dir), path = folder + "/" + tenant;
-  struct stat dst {}, fst {};
-  // lstat: a symbolic link a tenant planted in place of the folder is never the folder (a link's
-  // own mode is 0777, so it fails the trust check below).
-  if (lstat(folder.c_str(), &dst) != 0) return PolicyStatus::none;
+PolicyStatus read_policy(const std::string& policy_dir, const std::string& tenant, Policy& out, std::string& message) {
+  // No folder (a caller that has none), or a name that is no tenant's: no policy, and never a path of
+  // its own (an empty folder would make "/<tenant>").
+  if (policy_dir.empty() || !valid_tenant_name(tenant)) return PolicyStatus::none;
+  const std::string path = policy_dir + "/" + tenant;
+  struct stat fst {};
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return PolicyStatus::none;
-  if (!coordinator_trusted(dir, message)) {
+  if (!policy_folder_trusted(policy_dir, message)) {
     close(fd);
     message = path + " is ignored: " + message;
     return PolicyStatus::untrusted;
   }
-  if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode) || !trusted(dst) || !trusted(fst)) {
+  if (fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode) || !trusted(fst)) {
     close(fd);
     message = path + " is ignored: a policy must belong to root and be writable by nobody else";
     return PolicyStatus::untrusted;
@@ -144,24 +171,33 @@ PolicyStatus read_policy(const std::string& dir, const std::string& tenant, Poli
   return PolicyStatus::ok;
 }
 
-bool prepare_policy_folder(const std::string& dir, std::string& error) {
-  if (!coordinator_trusted(dir, error)) return false;
-  const std::string folder = policy_dir(dir);
-  if (mkdir(folder.c_str(), 0755) != 0 && errno != EEXIST) {
-    error = "cannot create " + folder + ": " + std::strerror(errno);
+bool prepare_policy_folder(const std::string& policy_dir, std::string& error) {
+  if (policy_dir.empty() || policy_dir[0] != '/') {
+    error = "'" + policy_dir + "' is not an absolute path";
     return false;
   }
-  // A folder someone else made would make every policy in it untrusted, and so ignored.
+  for (std::size_t pos = 1; (pos = policy_dir.find('/', pos)) != std::string::npos; ++pos) {
+    const std::string parent = policy_dir.substr(0, pos);
+    if (mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST) {
+      error = "cannot create " + parent + ": " + std::strerror(errno);
+      return false;
+    }
+  }
+  if (mkdir(policy_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    error = "cannot create " + policy_dir + ": " + std::strerror(errno);
+    return false;
+  }
+  // A folder someone else made (or a link in its place: root would write through it) would make
+  // every policy in it untrusted, and so ignored.
+  if (!policy_folder_trusted(policy_dir, error)) {
+    error += " (make it root's, mode 0755, and retry)";
+    return false;
+  }
+  int fd = ::open(generation_path(policy_dir).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   struct stat st {};
-  // lstat, not stat: through a link a tenant planted (to any root-owned folder, /etc say) root
-  // would write, and rename over, files named after tenants there.
-  if (lstat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || !trusted(st)) {
-    error = folder + " must be a folder that belongs to root and that nobody else may write (remove it and retry)";
-    return false;
-  }
-  int fd = ::open(generation_path(dir).c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-  if (fd < 0 || ftruncate(fd, sizeof(std::uint64_t)) != 0) {
-    error = "cannot create " + generation_path(dir) + ": " + std::strerror(errno);
+  if (fd < 0 || fstat(fd, &st) != 0 ||
+      (st.st_size < static_cast<off_t>(sizeof(std::uint64_t)) && ftruncate(fd, sizeof(std::uint64_t)) != 0)) {
+    error = "cannot create " + generation_path(policy_dir) + ": " + std::strerror(errno);
     if (fd >= 0) close(fd);
     return false;
   }
@@ -169,13 +205,36 @@ bool prepare_policy_folder(const std::string& dir, std::string& error) {
   return true;
 }
 
-bool write_policy(const std::string& dir, const std::string& tenant, const Policy& policy, std::string& error) {
+namespace {
+
+// Bumps the counter that running processes watch: they read their policy again at their next
+// allocation.
+bool bump_generation(const std::string& policy_dir, std::string& error) {
+  int fd = ::open(generation_path(policy_dir).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    error = "cannot update " + generation_path(policy_dir) + ": " + std::strerror(errno);
+    return false;
+  }
+  void* p = mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (p == MAP_FAILED) {
+    error = "cannot map " + generation_path(policy_dir) + ": " + std::strerror(errno);
+    return false;
+  }
+  static_cast<std::atomic<std::uint64_t>*>(p)->fetch_add(1);
+  munmap(p, sizeof(std::uint64_t));
+  return true;
+}
+
+}  // namespace
+
+bool write_policy(const std::string& policy_dir, const std::string& tenant, const Policy& policy, std::string& error) {
   if (!valid_tenant_name(tenant)) {
     error = "'" + tenant + "' is not a tenant name";
     return false;
   }
-  if (!prepare_policy_folder(dir, error)) return false;
-  const std::string folder = policy_dir(dir);
+  if (!prepare_policy_folder(policy_dir, error)) return false;
+  const std::string& folder = policy_dir;
   // Write the new text beside the old and rename it over, so a reader never sees half a policy. The
   // temporary name starts with '.', which no tenant name may: it can be no tenant's policy.
   const std::string path = folder + "/" + tenant, temp = folder + "/.tmp." + tenant;
@@ -192,20 +251,37 @@ bool write_policy(const std::string& dir, const std::string& tenant, const Polic
     error = "cannot replace " + path + ": " + std::strerror(errno);
     return false;
   }
-  int fd = ::open(generation_path(dir).c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) {
-    error = "cannot update " + generation_path(dir) + ": " + std::strerror(errno);
+  // Durable: the policy must outlast a crash of the machine right after `slicectl set` said so.
+  if (int dfd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return bump_generation(policy_dir, error);
+}
+
+bool remove_policy(const std::string& policy_dir, const std::string& tenant, std::string& error) {
+  if (!valid_tenant_name(tenant)) {
+    error = "'" + tenant + "' is not a tenant name";
     return false;
   }
-  void* p = mmap(nullptr, sizeof(std::uint64_t), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) {
-    error = "cannot map " + generation_path(dir) + ": " + std::strerror(errno);
+  const std::string path = policy_dir + "/" + tenant;
+  if (unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return true;
+    error = "cannot remove " + path + ": " + std::strerror(errno);
     return false;
   }
-  static_cast<std::atomic<std::uint64_t>*>(p)->fetch_add(1);
-  munmap(p, sizeof(std::uint64_t));
-  return true;
+  return bump_generation(policy_dir, error);
+}
+
+std::vector<std::string> policy_tenants(const std::string& policy_dir) {
+  std::vector<std::string> names;
+  if (DIR* d = opendir(policy_dir.c_str())) {
+    while (const dirent* e = readdir(d))
+      if (valid_tenant_name(e->d_name)) names.emplace_back(e->d_name);  // never ".generation" nor ".tmp.*"
+    closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 bool adopt_tenant_file(const std::string& dir, const std::string& tenant, std::optional<unsigned> group,
@@ -224,22 +300,53 @@ bool adopt_tenant_file(const std::string& dir, const std::string& tenant, std::o
   return file->set_owner(0, group.value_or(gid), group ? 0664 : 0644, error);
 }
 
-bool managed_tenant_file_ok(const std::string& dir, const std::string& tenant, std::string& error) {
+bool managed_tenant_file_ok(const std::string& dir, const std::string& policy_dir, const std::string& tenant,
+                            std::string& error) {
   if (geteuid() == 0) return true;
   Policy policy;
   std::string message;
-  if (read_policy(dir, tenant, policy, message) != PolicyStatus::ok) return true;  // not managed
+  if (read_policy(policy_dir, tenant, policy, message) != PolicyStatus::ok) return true;  // not managed
   const std::string path = dir + "/tenants/" + tenant;
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) {
-    error = "tenant '" + tenant + "' is managed by an administrator (" + policy_dir(dir) + "/" + tenant +
-            "), and its tenant file has not been made: run `slicectl set " + tenant + " --group GROUP` as root";
+    error = "tenant '" + tenant + "' is managed by an administrator (" + policy_dir + "/" + tenant +
+            "), and its live file has not been made since the machine started: run `slicectl prepare` as root "
+            "(the libslice-prepare service does at boot)";
     return false;
   }
   if (st.st_uid != 0) {
     error = "tenant '" + tenant + "' is managed by an administrator, but " + path +
-            " does not belong to root: run `slicectl set " + tenant + " --group GROUP` as root";
+            " does not belong to root: run `slicectl prepare` as root";
     return false;
+  }
+  return true;
+}
+
+bool prepare_machine(const std::string& dir, const std::string& policy_dir, std::vector<std::string>& done,
+                     std::vector<std::string>& problems, std::string& error) {
+  if (!prepare_coordinator_dir(dir, error)) return false;
+  if (!coordinator_trusted(dir, error)) {
+    struct stat st {};
+    if (lstat(dir.c_str(), &st) == 0 && st.st_uid != 0)
+      error = dir + " was made by user " + std::to_string(st.st_uid) +
+              ", whose process started before this step: stop the processes that use it, remove it, and run "
+              "`slicectl prepare` again (at boot, the package's tmpfiles.d entry makes it root's first)";
+    return false;
+  }
+  if (!prepare_policy_folder(policy_dir, error)) return false;
+  for (const std::string& tenant : policy_tenants(policy_dir)) {
+    Policy policy;
+    std::string message;
+    if (read_policy(policy_dir, tenant, policy, message) != PolicyStatus::ok) {
+      problems.push_back(message.empty() ? policy_dir + "/" + tenant + " cannot be read" : message);
+      continue;
+    }
+    if (!adopt_tenant_file(dir, tenant, policy.group, message)) {
+      problems.push_back("tenant '" + tenant + "': " + message);
+      continue;
+    }
+    done.push_back("tenant '" + tenant + "': live file ready" +
+                   (policy.group ? ", writable by group " + std::to_string(*policy.group) : std::string(", root's alone")));
   }
   return true;
 }
@@ -248,7 +355,7 @@ PolicyWatcher::~PolicyWatcher() {
   if (const auto* counter = counter_.load()) munmap(const_cast<std::atomic<std::uint64_t>*>(counter), sizeof(std::uint64_t));
 }
 
-void PolicyWatcher::open(const std::string& dir) { dir_ = dir; }
+void PolicyWatcher::open(const std::string& policy_dir) { policy_dir_ = policy_dir; }
 
 std::uint64_t PolicyWatcher::generation() {
   if (const auto* counter = counter_.load(std::memory_order_acquire)) return counter->load(std::memory_order_acquire) + 1;
@@ -261,11 +368,8 @@ std::uint64_t PolicyWatcher::generation() {
   // Mapped only when root's and nobody else's to write, in a trusted folder: a counter a tenant
   // planted could be truncated under every process's mapping (SIGBUS), or lie.
   std::string untrusted;
-  struct stat folder {};
-  if (lstat(policy_dir(dir_).c_str(), &folder) != 0 || !S_ISDIR(folder.st_mode) || !trusted(folder) ||
-      !coordinator_trusted(dir_, untrusted))
-    return 0;
-  int fd = ::open(generation_path(dir_).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (!policy_folder_trusted(policy_dir_, untrusted)) return 0;
+  int fd = ::open(generation_path(policy_dir_).c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) return 0;
   struct stat st {};
   void* p = MAP_FAILED;

@@ -1,6 +1,8 @@
-// An administrator's limits for a tenant: the text file SLICE_COORDINATOR_DIR/policy/<tenant>, in a
-// folder that only root may write. They win over anything a tenant brings in its environment, and
-// a tenant's processes cannot change them.
+// An administrator's limits for a tenant: the text file SLICE_POLICY_DIR/<tenant> (by default
+// /etc/libslice/policy), in a folder that only root may write. They win over anything a tenant brings
+// in its environment, and a tenant's processes cannot change them. The folder is persistent, apart
+// from the coordinator's live state: a policy outlasts a reboot and holds from a new process's
+// first allocation.
 //
 //   # limits of tenant "inference"
 //   memory_limit = 4Gi                 bytes, a quantity, or a percentage of the device
@@ -8,6 +10,7 @@
 //   compute_share = 30
 //   compute_limit = 50
 //   priority = high
+//   group = 1001                       the group whose members run the tenant's processes
 //
 // A policy file is trusted only when it and its folder belong to root and nobody else may write
 // them; anything else is ignored, with a warning, so a tenant cannot plant one.
@@ -19,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "coordinator_layout.h"
 #include "limits_text.h"
@@ -33,6 +37,8 @@ struct Policy {
   std::optional<std::uint32_t> compute_share;
   std::optional<std::uint32_t> compute_limit;
   std::optional<Priority> priority;
+  // Not a limit: who may write the tenant's live file, which root makes at boot (slicectl prepare).
+  std::optional<unsigned> group;
 
   std::optional<MemoryLimit> memory_for(const std::uint8_t uuid[16]) const;
   std::string to_text(const std::string& tenant) const;
@@ -40,12 +46,16 @@ struct Policy {
 
 enum class PolicyStatus { none, ok, untrusted, invalid };
 
-// Reads and checks the tenant's policy; `message` explains untrusted and invalid.
-PolicyStatus read_policy(const std::string& dir, const std::string& tenant, Policy& out, std::string& message);
+// Reads and checks the tenant's policy in `policy_dir`; `message` explains untrusted and invalid.
+PolicyStatus read_policy(const std::string& policy_dir, const std::string& tenant, Policy& out, std::string& message);
 bool parse_policy(const std::string& text, Policy& out, std::string& message);
 // Writes it (as root: the folder is created root-owned) and bumps the generation that running
 // processes watch, so the change takes effect at their next allocation.
-bool write_policy(const std::string& dir, const std::string& tenant, const Policy& policy, std::string& error);
+bool write_policy(const std::string& policy_dir, const std::string& tenant, const Policy& policy, std::string& error);
+// Removes it (as root), and bumps the generation; a policy that is not there is no error.
+bool remove_policy(const std::string& policy_dir, const std::string& tenant, std::string& error);
+// The tenants that have a policy file there, sorted (whether or not it is trusted and valid).
+std::vector<std::string> policy_tenants(const std::string& policy_dir);
 
 // An administrator takes a tenant over (root, with its policy): its tenant file becomes root's,
 // writable by `group` (the tenant's processes must run in it), so that no tenant process can delete
@@ -58,12 +68,19 @@ bool adopt_tenant_file(const std::string& dir, const std::string& tenant, std::o
 // Processes of a tenant that an administrator manages (it has a trusted policy) do not create or
 // rebuild its file themselves: the file must be root's, made by adopt_tenant_file. Returns false with
 // the reason when that is not so; true when the tenant is not managed or the caller is root.
-bool managed_tenant_file_ok(const std::string& dir, const std::string& tenant, std::string& error);
+bool managed_tenant_file_ok(const std::string& dir, const std::string& policy_dir, const std::string& tenant,
+                            std::string& error);
 
-// Run as root when the coordinator folder is prepared: makes the policy folder root-owned before a
-// tenant could make it (the coordinator folder is writable by all), with its generation counter,
-// so running processes find policies from their first allocation on.
-bool prepare_policy_folder(const std::string& dir, std::string& error);
+// Run as root: makes the policy folder (and its parents) root-owned, with its generation counter, so
+// that running processes find policies from their first allocation on.
+bool prepare_policy_folder(const std::string& policy_dir, std::string& error);
+
+// What `slicectl prepare` does at boot (and the CDI hook and the device plugin at their start), as
+// root: the coordinator folder, the policy folder, and a root-owned live file for every tenant a
+// trusted policy manages (with the policy's group), so that its processes can start. `done` gets a
+// line per tenant file made or checked, `problems` one per policy that could not be honoured.
+bool prepare_machine(const std::string& dir, const std::string& policy_dir, std::vector<std::string>& done,
+                     std::vector<std::string>& problems, std::string& error);
 
 std::string uuid_text(const std::uint8_t uuid[16]);  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 
@@ -71,12 +88,12 @@ std::string uuid_text(const std::uint8_t uuid[16]);  // "GPU-xxxxxxxx-xxxx-xxxx-
 class PolicyWatcher {
  public:
   ~PolicyWatcher();
-  void open(const std::string& dir);
+  void open(const std::string& policy_dir);
   // 0 when no policy folder exists (it is looked for again now and then). Safe from any thread.
   std::uint64_t generation();
 
  private:
-  std::string dir_;
+  std::string policy_dir_;
   std::atomic<const std::atomic<std::uint64_t>*> counter_{nullptr};
   std::atomic<std::uint64_t> next_look_ns_{0};
   std::mutex look_mu_;  // one thread looks for the counter at a time

@@ -100,10 +100,6 @@ bool prepare_coordinator_dir(const std::string& dir, std::string& error) {
     error = "cannot write in " + dir + "/tenants: " + std::strerror(errno);
     return false;
   }
-  // Root claims the policy folder while it can. Failing that is not fatal for a process: policies
-  // are then ignored, and slicectl set says why.
-  std::string ignored;
-  if (geteuid() == 0) prepare_policy_folder(dir, ignored);
   return true;
 }
 

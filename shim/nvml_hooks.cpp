@@ -41,7 +41,7 @@ OutsideView outside_view(const Config& config, const std::string& uuid, std::uin
   v.cap = cap_on(config.memory_limit.for_gpu(uuid), device_total);
   if (config.tenant.empty()) return v;
   std::string error;
-  for (const TenantView& t : read_coordinator(config.coordinator_dir, error)) {
+  for (const TenantView& t : read_coordinator(config.coordinator_dir, config.policy_dir, error)) {
     if (t.name != config.tenant || !t.readable) continue;
     for (std::size_t g = 0; g < t.gpus.size(); ++g) {
       if (t.gpus[g].uuid != uuid) continue;

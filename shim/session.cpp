@@ -222,6 +222,7 @@ CUresult start_session() noexcept {
     }
     JoinRequest request;
     request.dir = s->config.coordinator_dir;
+    request.policy_dir = s->config.policy_dir;
     request.tenant = s->config.tenant;
     request.compute_share = s->config.compute_share.every_device;
     request.compute_limit = s->config.compute_limit;

@@ -7,6 +7,8 @@
 set -u
 dir=$(mktemp -d "${TMPDIR:-/tmp}/slice-test.XXXXXX")
 export SLICE_COORDINATOR_DIR="$dir/coordinator"
+export SLICE_POLICY_DIR="$dir/policy"  # never the machine's own /etc/libslice/policy
+export SLICECTL_ARCHIVE="$dir/usage.sqlite3"  # nor its /var/lib/libslice
 export SIMGPU_STATE="$dir/simgpu-state"
 export SIMGPU_VIOLATIONS="$dir/violations"
 export SLICE_TEST_TMPDIR="$dir"

@@ -26,6 +26,7 @@ double since_ns(Clock::time_point t0) { return std::chrono::duration<double, std
 std::unique_ptr<slice::Coordinator> join(const std::string& tenant, std::uint64_t cap) {
   slice::JoinRequest r;
   r.dir = g_dir;
+  if (const char* policies = std::getenv("SLICE_POLICY_DIR")) r.policy_dir = policies;
   r.tenant = tenant;
   slice::DeviceInfo d;
   for (int i = 0; i < 16; ++i) d.uuid[i] = static_cast<std::uint8_t>(0xB0 + i);

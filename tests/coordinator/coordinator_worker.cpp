@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
     const std::string value = argv[++i];
     if (opt == "--dir") {
       request.dir = value;
+    } else if (opt == "--policy-dir") {
+      request.policy_dir = value;
     } else if (opt == "--tenant") {
       request.tenant = value;
     } else if (opt == "--memory") {
@@ -119,6 +121,8 @@ int main(int argc, char** argv) {
     }
   }
   if (request.dir.empty() || request.tenant.empty()) return usage_error("--dir and --tenant are required");
+  // The tests' layout: the policy folder beside the coordinator folder.
+  if (request.policy_dir.empty()) request.policy_dir = request.dir.substr(0, request.dir.rfind('/')) + "/policy";
   if (i >= argc) return usage_error("no command");
   const std::string command = argv[i++];
   const std::vector<std::string> args(argv + i, argv + argc);

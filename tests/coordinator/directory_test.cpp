@@ -89,7 +89,7 @@ TEST_F(Directory, ReadOnlyIsAClearErrorAndReadersStillWork) {
   EXPECT_FALSE(prepare_coordinator_dir(mnt + "/other", error));
   EXPECT_NE(error.find("cannot create " + mnt + "/other"), std::string::npos) << error;
   // The tools still read what is there.
-  auto views = read_coordinator(dir_, error);
+  auto views = read_coordinator(dir_, policy_dir_, error);
   ASSERT_EQ(views.size(), 1u) << error;
   EXPECT_TRUE(views[0].readable) << views[0].problem;
   if (!is_root()) chmod(mnt.c_str(), 0755), chmod((dir_ + "/tenants").c_str(), 01777);
@@ -117,7 +117,7 @@ TEST_F(Directory, FullDiskIsAClearErrorAndHarmsNothingElse) {
   if (stat(tenant_path("t").c_str(), &st) == 0) {
     EXPECT_EQ(st.st_size, 0);
   }
-  auto views = read_coordinator(dir_, error);
+  auto views = read_coordinator(dir_, policy_dir_, error);
   for (const TenantView& v : views) {
     EXPECT_FALSE(v.readable);
     EXPECT_FALSE(v.problem.empty());

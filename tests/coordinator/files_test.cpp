@@ -35,7 +35,7 @@ class TenantFiles : public CoordinatorTest {
   // What the tools report about `tenant`.
   TenantView view(const std::string& tenant) {
     std::string error;
-    auto views = read_coordinator(dir_, error);
+    auto views = read_coordinator(dir_, policy_dir_, error);
     EXPECT_TRUE(error.empty()) << error;
     const TenantView* v = find_tenant(views, tenant);
     EXPECT_NE(v, nullptr) << tenant << " is not listed";
@@ -236,7 +236,7 @@ TEST_F(TenantFiles, NotAFileInPlaceOfATenantIsReportedWithoutHanging) {
   expect_finishes(
       [&] {
         std::string e;
-        auto views = read_coordinator(dir_, e);
+        auto views = read_coordinator(dir_, policy_dir_, e);
         if (views.size() != 4) _exit(2);
         for (const TenantView& v : views)
           if (v.readable != (v.name == "real")) _exit(3);

@@ -125,6 +125,7 @@ class Hostile : public CoordinatorTest {
     ASSERT_EQ(mkdir(home.c_str(), 0755), 0) << std::strerror(errno);
     ASSERT_EQ(chown(home.c_str(), kUserA, kUserA), 0) << std::strerror(errno);
     dir_ = home + "/coordinator";
+    policy_dir_ = home + "/policy";  // where coordinator_worker looks by default: beside it
   }
   // A folder only root may enter, holding a root file only root may read: what a planted link aims at.
   std::string make_root_secret(const std::string& name) {
@@ -145,16 +146,19 @@ class Hostile : public CoordinatorTest {
 #define NEEDS_USERS() \
   if (!users_) GTEST_SKIP() << "needs root and setpriv to act as users " << kUserA << " and " << kUserB
 
-// ---- 1. a coordinator folder that a user made ----
+// ---- 1. a coordinator or policy folder that a user made ----
 
-// A user makes the coordinator folder and points its tenants/ at a root-only folder: root's adoption
-// or policy write would otherwise create, truncate or chown root's files there.
+// A user makes the coordinator folder and points its tenants/ at a root-only folder, and puts a link
+// to it in place of the policy folder: root's adoption or policy write would otherwise create,
+// truncate or chown root's files there.
 TEST_F(Hostile, RootDoesNotFollowAUsersTenantsLinkToRootsFiles) {
   NEEDS_USERS();
   ASSERT_NO_FATAL_FAILURE(coordinator_in_users_home());
   const std::string secret = make_root_secret("shadow");
   const FileState before = file_state(secret);
-  ASSERT_EQ(shell_as(kUserA, "mkdir -m 1777 " + dir_ + " && ln -s " + root_ + "/secret " + dir_ + "/tenants"), 0);
+  ASSERT_EQ(shell_as(kUserA, "mkdir -m 1777 " + dir_ + " && ln -s " + root_ + "/secret " + dir_ + "/tenants && ln -s " +
+                                 root_ + "/secret " + policy_dir_),
+            0);
 
   std::string error;
   EXPECT_FALSE(adopt_tenant_file(dir_, "shadow", 65534, error)) << "root adopted a file through a user's link";
@@ -163,40 +167,40 @@ TEST_F(Hostile, RootDoesNotFollowAUsersTenantsLinkToRootsFiles) {
   error.clear();
   Policy p;
   p.memory = MemoryLimit::of_bytes(GiB);
-  EXPECT_FALSE(write_policy(dir_, "shadow", p, error)) << "root wrote policy in a user's folder";
-  EXPECT_NE(error.find(dir_), std::string::npos) << error;
+  EXPECT_FALSE(write_policy(policy_dir_, "shadow", p, error)) << "root wrote policy through a user's link";
+  EXPECT_NE(error.find(policy_dir_), std::string::npos) << error;
   std::printf("write_policy: %s\n", error.c_str());
   error.clear();
-  EXPECT_FALSE(prepare_policy_folder(dir_, error));
-  EXPECT_NE(error.find(dir_), std::string::npos) << error;
+  EXPECT_FALSE(prepare_policy_folder(policy_dir_, error));
+  EXPECT_NE(error.find(policy_dir_), std::string::npos) << error;
 
   EXPECT_EQ(file_state(secret), before) << "root's file was changed";
   EXPECT_EQ(entries(root_ + "/secret"), std::set<std::string>{"shadow"}) << "root made files in its own folder";
-  EXPECT_FALSE(std::filesystem::exists(dir_ + "/policy")) << "root made a policy folder in a user's folder";
 }
 
-// In a coordinator folder a user made (no links), a root-owned policy is not trusted: the user could
-// rename the policy folder away and put its own in its place.
-TEST_F(Hostile, APolicyInAUsersCoordinatorFolderIsUntrusted) {
+// Under a folder a user owns, a root-owned policy folder is not trusted: the user could rename it
+// away and put its own in its place.
+TEST_F(Hostile, APolicyFolderInAUsersFolderIsUntrusted) {
   NEEDS_USERS();
   ASSERT_NO_FATAL_FAILURE(coordinator_in_users_home());
   ASSERT_EQ(shell_as(kUserA, "mkdir -m 1777 " + dir_ + " && mkdir -m 1777 " + dir_ + "/tenants"), 0);
   // A root policy there, as root made it (before the check, say).
-  const std::string folder = dir_ + "/policy", path = folder + "/x";
+  const std::string folder = policy_dir_, path = folder + "/x";
   ASSERT_EQ(mkdir(folder.c_str(), 0755), 0) << std::strerror(errno);
   write_file(path, "memory_limit = 1Gi\n", 0644);
   const FileState before = file_state(path);
+  const std::string home = root_ + "/home";
 
   Policy read;
   std::string message;
-  EXPECT_EQ(read_policy(dir_, "x", read, message), PolicyStatus::untrusted) << message;
-  EXPECT_NE(message.find(dir_ + " is not a folder that belongs to root"), std::string::npos) << message;
+  EXPECT_EQ(read_policy(policy_dir_, "x", read, message), PolicyStatus::untrusted) << message;
+  EXPECT_NE(message.find(home + ", above " + policy_dir_ + ", is not root's"), std::string::npos) << message;
 
   Policy p;
   p.memory = MemoryLimit::of_bytes(2 * GiB);
   std::string error;
-  EXPECT_FALSE(write_policy(dir_, "x", p, error));
-  EXPECT_NE(error.find(dir_ + " is not a folder that belongs to root"), std::string::npos) << error;
+  EXPECT_FALSE(write_policy(policy_dir_, "x", p, error));
+  EXPECT_NE(error.find(home + ", above " + policy_dir_ + ", is not root's"), std::string::npos) << error;
   EXPECT_EQ(file_state(path), before);
   EXPECT_EQ(entries(folder), std::set<std::string>{"x"}) << "no temporary file, no generation counter";
 
@@ -306,15 +310,15 @@ TEST_F(Hostile, AHardLinkPlantedAsATenantFileIsNeverOpenedForWriting) {
 
 // ---- 3. a planted policy generation counter ----
 
-// A user makes the coordinator folder with its own policy/.generation, and truncates and rewrites it
-// under another user's running processes: were it mapped, they would die of SIGBUS, or see
-// generations it chose. It is never mapped, and no cap depends on it.
+// A user makes the policy folder with its own .generation, and truncates and rewrites it under
+// another user's running processes: were it mapped, they would die of SIGBUS, or see generations it
+// chose. It is never mapped, and no cap depends on it.
 TEST_F(Hostile, APlantedGenerationCounterNeitherCrashesNorMovesCaps) {
   NEEDS_USERS();
   ASSERT_NO_FATAL_FAILURE(coordinator_in_users_home());
-  const std::string counter = dir_ + "/policy/.generation";
-  ASSERT_EQ(shell_as(kUserA, "mkdir -m 1777 " + dir_ + " && mkdir -m 0755 " + dir_ + "/policy && head -c 8 /dev/zero > " +
-                                 counter + " && printf 'memory_limit = 1Ti\\n' > " + dir_ + "/policy/c"),
+  const std::string counter = policy_dir_ + "/.generation";
+  ASSERT_EQ(shell_as(kUserA, "mkdir -m 1777 " + dir_ + " && mkdir -m 0755 " + policy_dir_ + " && head -c 8 /dev/zero > " +
+                                 counter + " && printf 'memory_limit = 1Ti\\n' > " + policy_dir_ + "/c"),
             0);
   ASSERT_EQ(file_state(counter).content.size(), 8u);
 
@@ -356,21 +360,21 @@ TEST_F(Hostile, APolicyWriteNeverTouchesAnotherTenantsPolicy) {
   Policy p1, p2;
   p1.memory = MemoryLimit::of_bytes(GiB);
   p2.memory = MemoryLimit::of_bytes(2 * GiB);
-  ASSERT_TRUE(write_policy(dir_, "x.tmp", p1, error)) << error;
-  ASSERT_TRUE(write_policy(dir_, "x", p2, error)) << error;
-  ASSERT_TRUE(write_policy(dir_, "x", p2, error)) << error;  // over an existing one too
+  ASSERT_TRUE(write_policy(policy_dir_, "x.tmp", p1, error)) << error;
+  ASSERT_TRUE(write_policy(policy_dir_, "x", p2, error)) << error;
+  ASSERT_TRUE(write_policy(policy_dir_, "x", p2, error)) << error;  // over an existing one too
 
   Policy read;
   std::string message;
-  ASSERT_EQ(read_policy(dir_, "x.tmp", read, message), PolicyStatus::ok) << message;
+  ASSERT_EQ(read_policy(policy_dir_, "x.tmp", read, message), PolicyStatus::ok) << message;
   EXPECT_EQ(read.memory, p1.memory);
-  ASSERT_EQ(read_policy(dir_, "x", read, message), PolicyStatus::ok) << message;
+  ASSERT_EQ(read_policy(policy_dir_, "x", read, message), PolicyStatus::ok) << message;
   EXPECT_EQ(read.memory, p2.memory);
-  EXPECT_EQ(entries(dir_ + "/policy"), (std::set<std::string>{".generation", "x", "x.tmp"}));
+  EXPECT_EQ(entries(policy_dir_), (std::set<std::string>{".generation", "x", "x.tmp"}));
 
   EXPECT_FALSE(valid_tenant_name(".tmp.x"));
-  EXPECT_FALSE(write_policy(dir_, ".tmp.x", p1, error));
-  EXPECT_EQ(read_policy(dir_, "x", read, message), PolicyStatus::ok) << message;
+  EXPECT_FALSE(write_policy(policy_dir_, ".tmp.x", p1, error));
+  EXPECT_EQ(read_policy(policy_dir_, "x", read, message), PolicyStatus::ok) << message;
   EXPECT_EQ(read.memory, p2.memory);
 }
 

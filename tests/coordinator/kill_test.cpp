@@ -67,7 +67,7 @@ TEST_F(Kills, RandomKillsWhileHammeringLeaveNothingBehind) {
   EXPECT_GE(reaped, 0) << error;
   EXPECT_EQ(watch.total(), 0u);
   EXPECT_EQ(watch.live_slots(), 0);
-  auto views = read_coordinator(dir_, error);
+  auto views = read_coordinator(dir_, policy_dir_, error);
   ASSERT_EQ(views.size(), 1u);
   EXPECT_TRUE(views[0].processes.empty());
   EXPECT_EQ(views[0].dead_processes, 0);
@@ -215,7 +215,7 @@ TEST_F(Kills, KilledMidRegistrationLeavesNothingBlocking) {
   EXPECT_NE(error.find("held for over 2 s"), std::string::npos) << error;
   // Readers are not held up by it.
   t0 = std::chrono::steady_clock::now();
-  auto views = read_coordinator(dir_, error);
+  auto views = read_coordinator(dir_, policy_dir_, error);
   EXPECT_LT(seconds_since(t0), 0.5);
 
   stall.kill(SIGKILL);
@@ -248,7 +248,7 @@ TEST_F(Kills, LivenessAcrossPidNamespaces) {
   ASSERT_EQ(a->read_line(), "ready");
   ASSERT_EQ(b->read_line(), "ready");
   std::string error;
-  auto views = read_coordinator(dir_, error);
+  auto views = read_coordinator(dir_, policy_dir_, error);
   ASSERT_EQ(views.size(), 1u) << error;
   ASSERT_EQ(views[0].processes.size(), 2u);
   std::printf("pids as the two workers see themselves: %d and %d\n", views[0].processes[0].pid,
@@ -271,7 +271,7 @@ TEST_F(Kills, LivenessAcrossPidNamespaces) {
   }
   EXPECT_EQ(reaped, 1) << error;
   EXPECT_EQ(watch.total(), 100 * MiB);
-  views = read_coordinator(dir_, error);
+  views = read_coordinator(dir_, policy_dir_, error);
   ASSERT_EQ(views.size(), 1u);
   EXPECT_EQ(views[0].processes.size(), 1u);
   EXPECT_EQ(kill(a->pid(), 0), 0);

@@ -32,7 +32,7 @@ TEST_F(Unprivileged, AManagedTenantCannotJoinUntilRootMadeItsFile) {
   Policy p;
   p.memory = MemoryLimit::of_bytes(64 * MiB);
   std::string error;
-  ASSERT_TRUE(write_policy(dir_, "t", p, error)) << error;
+  ASSERT_TRUE(write_policy(policy_dir_, "t", p, error)) << error;
   // Its processes may not create the file themselves: they could delete it again.
   Process& early = spawn_as(kUserA, "t", {}, {"join"});
   const auto line = early.read_line();
@@ -48,7 +48,7 @@ TEST_F(Unprivileged, ATenantCannotRaiseItsPolicyCap) {
   Policy p;
   p.memory = MemoryLimit::of_bytes(64 * MiB);
   std::string error;
-  ASSERT_TRUE(write_policy(dir_, "t", p, error)) << error;
+  ASSERT_TRUE(write_policy(policy_dir_, "t", p, error)) << error;
   ASSERT_TRUE(adopt_tenant_file(dir_, "t", kUserA, error)) << error;  // what slicectl set --group does
 
   // Its environment asks for 1 GiB: the reservations are still refused at the policy's cap.
@@ -63,7 +63,7 @@ TEST_F(Unprivileged, ATenantCannotRaiseItsPolicyCap) {
   EXPECT_EQ(st.st_mode & 07777, 0664u);
 
   // It cannot write, replace, remove or add policy, for itself or for another tenant.
-  const std::string folder = dir_ + "/policy";
+  const std::string folder = policy_dir_;
   EXPECT_NE(shell_as(kUserA, "echo 'memory_limit = 1Ti' > " + folder + "/t"), 0);
   EXPECT_NE(shell_as(kUserA, "echo 'memory_limit = 1Ti' >> " + folder + "/t"), 0);
   EXPECT_NE(shell_as(kUserA, "rm -f " + folder + "/t && test ! -e " + folder + "/t"), 0);
@@ -72,7 +72,7 @@ TEST_F(Unprivileged, ATenantCannotRaiseItsPolicyCap) {
   EXPECT_NE(shell_as(kUserA, "echo 1 > " + folder + "/.generation"), 0);
   Policy still;
   std::string message;
-  ASSERT_EQ(read_policy(dir_, "t", still, message), PolicyStatus::ok) << message;
+  ASSERT_EQ(read_policy(policy_dir_, "t", still, message), PolicyStatus::ok) << message;
   EXPECT_EQ(still.memory, MemoryLimit::of_bytes(64 * MiB));
   EXPECT_FALSE(std::filesystem::exists(folder + "/other"));
 
@@ -105,7 +105,7 @@ TEST_F(Unprivileged, ATenantCannotTouchAnotherUsersTenant) {
   ASSERT_TRUE(watch.ok());
   EXPECT_EQ(watch.total(), 100 * MiB);
   std::string error;
-  auto views = read_coordinator(dir_, error);
+  auto views = read_coordinator(dir_, policy_dir_, error);
   const TenantView* b = find_tenant(views, "b");
   ASSERT_NE(b, nullptr) << error;
   EXPECT_TRUE(b->readable) << b->problem;
@@ -123,7 +123,7 @@ TEST_F(Unprivileged, DeletingOrWreckingItsOwnTenantFileDoesNotResetItsUsage) {
   Policy p;
   p.memory = MemoryLimit::of_bytes(64 * MiB);
   std::string error;
-  ASSERT_TRUE(write_policy(dir_, "t", p, error)) << error;
+  ASSERT_TRUE(write_policy(policy_dir_, "t", p, error)) << error;
   ASSERT_TRUE(adopt_tenant_file(dir_, "t", kUserA, error)) << error;
   Process& holder = spawn_as(kUserA, "t", {}, {"hold", "64Mi"});
   ASSERT_EQ(holder.read_line(), "ready");

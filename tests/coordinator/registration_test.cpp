@@ -152,7 +152,7 @@ TEST_F(Devices, AllEntriesThenAClearError) {
   EXPECT_EQ(std::memcmp(&header_before, &watch.file().header, sizeof header_before), 0);
   EXPECT_EQ(watch.file().header.recounts.load(), 1u);
   std::string view_error;
-  auto views = read_coordinator(dir_, view_error);
+  auto views = read_coordinator(dir_, policy_dir_, view_error);
   const TenantView* v = find_tenant(views, "t");
   ASSERT_NE(v, nullptr) << view_error;
   EXPECT_EQ(v->processes.size(), 1u);

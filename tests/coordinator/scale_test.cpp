@@ -53,7 +53,7 @@ TEST_F(FullTable, EverySlotTakenThenAClearErrorThenOneReapFreesAll) {
   ASSERT_EQ(joined, kMaxProcesses);
 
   std::string error;
-  auto views = read_coordinator(dir_, error);
+  auto views = read_coordinator(dir_, policy_dir_, error);
   ASSERT_EQ(views.size(), 1u) << error;
   EXPECT_EQ(views[0].processes.size(), static_cast<std::size_t>(kMaxProcesses));
   EXPECT_EQ(views[0].gpus[0].used_bytes, cap);
@@ -114,7 +114,7 @@ TEST_F(FullTable, ANewcomerTakesADeadSlotAndItsMemoryBack) {
   ASSERT_NE(c, nullptr);
   EXPECT_TRUE(c->reserve(0, cap));
   std::string error;
-  auto views = read_coordinator(dir_, error);
+  auto views = read_coordinator(dir_, policy_dir_, error);
   ASSERT_EQ(views.size(), 1u);
   EXPECT_EQ(views[0].processes.size(), 1u);
   EXPECT_EQ(views[0].dead_processes, 0);
@@ -136,7 +136,7 @@ TEST_F(ManyTenants, TwoHundredFiftySixTenantsOnOneGpuAreAllSeen) {
     members.push_back(std::move(c));
   }
   std::string error;
-  const auto views = read_coordinator(dir_, error);
+  const auto views = read_coordinator(dir_, policy_dir_, error);
   ASSERT_EQ(views.size(), static_cast<std::size_t>(kMaxTenants)) << error;
   std::uint64_t sum = 0;
   for (const TenantView& v : views) {

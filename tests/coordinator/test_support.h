@@ -176,6 +176,7 @@ class CoordinatorTest : public ::testing::Test {
       root_ = templ;
     }
     dir_ = root_ + "/coordinator";
+    policy_dir_ = root_ + "/policy";  // beside it, as coordinator_worker takes it by default
   }
   void TearDown() override {
     processes_.clear();  // kills and reaps every worker first
@@ -205,6 +206,7 @@ class CoordinatorTest : public ::testing::Test {
                                     std::string* error = nullptr) {
     JoinRequest r;
     r.dir = dir_;
+    r.policy_dir = policy_dir_;
     r.tenant = tenant;
     for (int k : gpus) r.devices.push_back(fake_gpu(k, memory));
     std::string e;
@@ -217,7 +219,7 @@ class CoordinatorTest : public ::testing::Test {
 
   std::string tenant_path(const std::string& tenant) const { return dir_ + "/tenants/" + tenant; }
 
-  std::string root_, dir_;
+  std::string root_, dir_, policy_dir_;
   std::vector<std::unique_ptr<Process>> processes_;
   std::vector<std::string> mounts_;
 };

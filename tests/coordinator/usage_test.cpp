@@ -220,7 +220,7 @@ TEST_F(Metering, MemoryHeldAccruesUsedTimesTimeAndStaysAfterTheProcessLeaves) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   std::string error;
   // While held, a reader sees it grow without anyone writing.
-  const TenantGpuView* held = gpu_of(read_coordinator(dir_, error), "billing");
+  const TenantGpuView* held = gpu_of(read_coordinator(dir_, policy_dir_, error), "billing");
   ASSERT_NE(held, nullptr) << error;
   EXPECT_GE(held->memory_byte_seconds_total, 2.0 * GiB * 0.3);
   const auto releasing = Clock::now();
@@ -230,7 +230,7 @@ TEST_F(Metering, MemoryHeldAccruesUsedTimesTimeAndStaysAfterTheProcessLeaves) {
   const double at_most = 2.0 * GiB * std::chrono::duration<double>(released - before_reserve).count();
   c.reset();  // the process leaves
 
-  const std::vector<TenantView> views = read_coordinator(dir_, error);
+  const std::vector<TenantView> views = read_coordinator(dir_, policy_dir_, error);
   const TenantGpuView* g = gpu_of(views, "billing");
   ASSERT_NE(g, nullptr) << error;
   EXPECT_TRUE(find_tenant(views, "billing")->processes.empty());
@@ -240,7 +240,7 @@ TEST_F(Metering, MemoryHeldAccruesUsedTimesTimeAndStaysAfterTheProcessLeaves) {
   EXPECT_FALSE(g->usage_samples.empty()) << "the first change takes the first hour's sample";
   // Nobody holds anything: it stays as it is.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  const TenantGpuView* later = gpu_of(read_coordinator(dir_, error), "billing");
+  const TenantGpuView* later = gpu_of(read_coordinator(dir_, policy_dir_, error), "billing");
   ASSERT_NE(later, nullptr);
   EXPECT_EQ(later->memory_byte_seconds_total, g->memory_byte_seconds_total);
 
@@ -249,15 +249,15 @@ TEST_F(Metering, MemoryHeldAccruesUsedTimesTimeAndStaysAfterTheProcessLeaves) {
   ASSERT_NE(again, nullptr);
   ASSERT_TRUE(again->reserve(0, GiB));
   again->release(0, GiB);
-  EXPECT_GE(gpu_of(read_coordinator(dir_, error), "billing")->memory_byte_seconds_total, g->memory_byte_seconds_total);
+  EXPECT_GE(gpu_of(read_coordinator(dir_, policy_dir_, error), "billing")->memory_byte_seconds_total, g->memory_byte_seconds_total);
   again.reset();
 
   // Removed: the record goes with the file, and the tenant starts from nothing next time.
   ASSERT_TRUE(remove_tenant(dir_, "billing", false, error)) << error;
-  EXPECT_EQ(find_tenant(read_coordinator(dir_, error), "billing"), nullptr);
+  EXPECT_EQ(find_tenant(read_coordinator(dir_, policy_dir_, error), "billing"), nullptr);
   auto fresh = join("billing", std::nullopt);
   ASSERT_NE(fresh, nullptr);
-  EXPECT_EQ(gpu_of(read_coordinator(dir_, error), "billing")->memory_byte_seconds_total, 0.0);
+  EXPECT_EQ(gpu_of(read_coordinator(dir_, policy_dir_, error), "billing")->memory_byte_seconds_total, 0.0);
 }
 
 TEST_F(Metering, RemoveNeverPullsTheFileFromUnderALiveProcess) {

@@ -29,9 +29,19 @@ def main():
     tmp = os.environ.get("SLICE_TEST_TMPDIR") or tempfile.mkdtemp()
     out = os.path.join(tmp, "cdi", "libslice.json")
     env = dict(os.environ, SIMGPU_DEVICES="2", SIMGPU_MEMORY="8Gi")
-    subprocess.run([gen, "--output", out, "--slices", str(SLICES), "--hook-path", "/usr/local/bin/slice-cdi-gen"],
-                   env=env, check=True)
+    # A fresh host: neither the coordinator folder nor the policy folder exists yet.
+    coordinator = os.path.join(tmp, "host-coordinator")
+    policies = os.path.join(tmp, "host-etc", "libslice", "policy")
+    subprocess.run([gen, "--output", out, "--slices", str(SLICES), "--hook-path", "/usr/local/bin/slice-cdi-gen",
+                    "--coordinator-dir", coordinator, "--policy-dir", policies], env=env, check=True)
     spec = json.load(open(out))
+    # Writing the spec made the sources of its bind mounts (the hook runs too late for that).
+    for folder, mode in ((coordinator, 0o1777), (coordinator + "/tenants", 0o1777), (policies, 0o755)):
+        if not os.path.isdir(folder):
+            fail("writing the spec did not make %s, which it mounts" % folder)
+        st = os.stat(folder)
+        if os.geteuid() == 0 and (st.st_uid != 0 or (st.st_mode & 0o7777) != mode):
+            fail("%s: owner %d, mode %o; expected root's, %o" % (folder, st.st_uid, st.st_mode & 0o7777, mode))
 
     # Required top-level fields.
     if spec.get("cdiVersion") != "0.3.0":
@@ -62,25 +72,28 @@ def main():
                 "SLICE_MEMORY_LIMIT_" + key: str(count * SLICE_BYTES),
                 "SLICE_COMPUTE_SHARE_" + key: str(count * 100 // SLICES),
                 "SLICE_COORDINATOR_DIR": "/run/libslice",
+                "SLICE_POLICY_DIR": "/etc/libslice/policy",
             }
             if env != expected:
                 fail("%s env %r, expected %r" % (name, env, expected))
             mounts = {m["containerPath"]: m for m in edits.get("mounts", [])}
-            for path in ("/etc/ld.so.preload", "/usr/local/libslice/libslice.so", "/run/libslice", "/run/libslice/policy"):
+            for path in ("/etc/ld.so.preload", "/usr/local/libslice/libslice.so", "/run/libslice", "/etc/libslice/policy"):
                 m = mounts.get(path)
                 if m is None or not m.get("hostPath", "").startswith("/") or "bind" not in m.get("options", []):
                     fail("%s: mount of %s: %r" % (name, path, m))
-            if "ro" not in mounts["/etc/ld.so.preload"]["options"] or "ro" not in mounts["/run/libslice/policy"]["options"]:
+            if "ro" not in mounts["/etc/ld.so.preload"]["options"] or "ro" not in mounts["/etc/libslice/policy"]["options"]:
                 fail("%s: ld.so.preload and the policy folder must be read-only" % name)
+            if mounts["/etc/libslice/policy"]["hostPath"] != policies or mounts["/run/libslice"]["hostPath"] != coordinator:
+                fail("%s: the coordinator and policy folders mounted from elsewhere: %r" % (name, mounts))
             hooks = edits.get("hooks", [])
             if not hooks or any(h.get("hookName") not in HOOKS or not h.get("path", "").startswith("/") for h in hooks):
                 fail("%s hooks %r" % (name, hooks))
-            if hooks[0]["args"][1:] != ["--prepare-coordinator", "/dev/shm/libslice"]:
+            if hooks[0]["args"][1:] != ["--prepare-coordinator", coordinator, "--policy-dir", policies]:
                 fail("%s hook args %r" % (name, hooks[0]["args"]))
 
     # The hook itself: prepares a coordinator folder.
     folder = os.path.join(tmp, "hook-coordinator")
-    subprocess.run([gen, "--prepare-coordinator", folder], check=True)
+    subprocess.run([gen, "--prepare-coordinator", folder, "--policy-dir", os.path.join(tmp, "hook-policy")], check=True)
     if not os.path.isdir(folder):
         fail("the hook did not make %s" % folder)
     # A wrong command line exits 2.

@@ -52,6 +52,16 @@ def main():
     mounts = {m["mountPath"] for m in plugin.get("volumeMounts", [])}
     if "/var/lib/kubelet/device-plugins" not in mounts:
         fail("the plugin does not mount the kubelet's device-plugin folder")
+    # The folders the plugin hands to containers as host paths: mounted at the same path from the
+    # node (the coordinator, and the persistent policy folder it writes each pod's limits into).
+    host_paths = {v["name"]: v.get("hostPath", {}).get("path") for v in pod.get("volumes", [])}
+    mounted = {m["mountPath"]: host_paths.get(m["name"]) for m in plugin.get("volumeMounts", [])}
+    for option in ("--coordinator-dir", "--policy-dir"):
+        value = next((a.split("=", 1)[1] for a in plugin.get("args", []) if a.startswith(option + "=")), None)
+        if value is None:
+            fail("the plugin is not given %s" % option)
+        if mounted.get(value) != value:
+            fail("%s=%s is not the node's %s mounted at the same path" % (option, value, value))
     init = " ".join(" ".join(c.get("command", []) + c.get("args", [])) for c in pod.get("initContainers", []))
     if "libslice.so" not in init or "ld.so.preload" not in init:
         fail("no init container installs libslice.so and ld.so.preload")

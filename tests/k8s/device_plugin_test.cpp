@@ -61,6 +61,7 @@ class DevicePluginTest : public ::testing::Test {
   std::string kubelet_socket() const { return dir_ + "/device-plugins/kubelet.sock"; }
   std::string plugin_socket() const { return dir_ + "/device-plugins/" + kSocketName; }
   std::string coordinator() const { return dir_ + "/coordinator"; }
+  std::string policies() const { return dir_ + "/policy"; }
 
   std::map<std::string, std::string> simulator_env() const {
     return {{"LD_LIBRARY_PATH", SIMGPU_LIB_DIR}, {"SIMGPU_STATE", simgpu_state_}, {"SIMGPU_DEVICES", "2"},
@@ -73,6 +74,7 @@ class DevicePluginTest : public ::testing::Test {
                                      "--coordinator-dir", coordinator(),
                                      // The test's "containers" share the host's paths: no mount namespace.
                                      "--container-coordinator-dir", coordinator(), "--host-lib-dir", dir_ + "/lib",
+                                     "--policy-dir", policies(), "--container-policy-dir", policies(),
                                      "--health-interval", "0.1", "--log-level", "debug"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     plugin_ = k8s_test::spawn(argv, simulator_env(), dir_ + "/plugin.log");
@@ -200,7 +202,8 @@ TEST_F(DevicePluginTest, AllocateGivesGpuVariablesMountsAndPolicy) {
       {"SLICE_MEMORY_LIMIT_" + underscored(kGpu1), std::to_string(2 * kSliceBytes)},
       {"SLICE_COMPUTE_SHARE_" + underscored(kGpu1), "50"},
       {"SLICE_TENANT", tenant},
-      {"SLICE_COORDINATOR_DIR", coordinator()}};
+      {"SLICE_COORDINATOR_DIR", coordinator()},
+      {"SLICE_POLICY_DIR", policies()}};
   EXPECT_EQ(env, expected);
   ASSERT_EQ(r.mounts_size(), 4);
   std::map<std::string, std::pair<std::string, bool>> mounts;  // container path -> host path, read-only
@@ -208,13 +211,13 @@ TEST_F(DevicePluginTest, AllocateGivesGpuVariablesMountsAndPolicy) {
   EXPECT_EQ(mounts["/usr/local/libslice/libslice.so"], std::make_pair(dir_ + "/lib/libslice.so", true));
   EXPECT_EQ(mounts["/etc/ld.so.preload"], std::make_pair(dir_ + "/lib/ld.so.preload", true));
   EXPECT_EQ(mounts[coordinator()], std::make_pair(coordinator(), false));
-  EXPECT_EQ(mounts[coordinator() + "/policy"], std::make_pair(coordinator() + "/policy", true));
+  EXPECT_EQ(mounts[policies()], std::make_pair(policies(), true));
   EXPECT_EQ(r.cdi_devices_size(), 0);
 
   // The owner's policy, trusted as libslice reads it.
   slice::Policy policy;
   std::string message;
-  ASSERT_EQ(slice::read_policy(coordinator(), tenant, policy, message), slice::PolicyStatus::ok) << message;
+  ASSERT_EQ(slice::read_policy(policies(), tenant, policy, message), slice::PolicyStatus::ok) << message;
   ASSERT_TRUE(policy.per_gpu.contains(kGpu1));
   EXPECT_EQ(policy.per_gpu[kGpu1], slice::MemoryLimit::of_bytes(2 * kSliceBytes));
   EXPECT_EQ(policy.compute_share, 50u);

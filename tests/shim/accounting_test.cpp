@@ -342,7 +342,7 @@ TEST_F(Accounting, ASecondProcessOfTheTenantSharesTheCap) {
   EXPECT_NE(out.find("allocated 256 MiB"), std::string::npos) << out;  // the rest of the cap, not 1 GiB
   // It exited normally: its memory and its slot are given back at once, not left to a recount.
   std::string error;
-  for (const slice::TenantView& t : slice::read_coordinator(std::getenv("SLICE_COORDINATOR_DIR"), error)) {
+  for (const slice::TenantView& t : slice::read_coordinator(slice_test::coordinator_dir(), slice_test::policy_dir(), error)) {
     if (t.name != "acct") continue;
     EXPECT_EQ(t.dead_processes, 0);
     ASSERT_EQ(t.processes.size(), 1u);

@@ -85,7 +85,7 @@ class Devices : public ::testing::Test {
   }
   const slice::TenantView* tenant(const std::string& name) {
     std::string error;
-    views_ = slice::read_coordinator(std::getenv("SLICE_COORDINATOR_DIR"), error);
+    views_ = slice::read_coordinator(slice_test::coordinator_dir(), slice_test::policy_dir(), error);
     for (const slice::TenantView& t : views_)
       if (t.name == name) return &t;
     return nullptr;

@@ -31,6 +31,16 @@ inline std::string g_log;   // libslice's log file (SLICE_LOG_FILE)
 
 #define CU_OK(call) ASSERT_EQ((call), CUDA_SUCCESS) << #call
 
+// The coordinator and policy folders the test's processes use (tests/run_isolated.sh sets both).
+inline std::string coordinator_dir() {
+  const char* d = std::getenv("SLICE_COORDINATOR_DIR");
+  return d ? d : "";
+}
+inline std::string policy_dir() {
+  const char* d = std::getenv("SLICE_POLICY_DIR");
+  return d ? d : "";
+}
+
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path);
   std::stringstream s;

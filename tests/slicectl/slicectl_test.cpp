@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -233,6 +234,10 @@ class SlicectlTest : public ::testing::Test {
     const std::string root = scratch() + "/" + info->name();
     mkdir(root.c_str(), 0755);
     dir_ = root + "/coordinator";
+    // Each test its own policy folder and usage archive, which slicectl and the holders inherit.
+    policy_dir_ = root + "/policy";
+    setenv("SLICE_POLICY_DIR", policy_dir_.c_str(), 1);
+    setenv("SLICECTL_ARCHIVE", (root + "/usage.sqlite3").c_str(), 1);
   }
 
   std::unique_ptr<Holder> holder(std::vector<std::string> args) {
@@ -284,7 +289,7 @@ class SlicectlTest : public ::testing::Test {
 
   bool root() const { return geteuid() == 0; }
 
-  std::string dir_;
+  std::string dir_, policy_dir_;
 };
 
 TEST_F(SlicectlTest, HelpDocumentsEveryOption) {
@@ -340,24 +345,36 @@ TEST_F(SlicectlTest, UsageErrorsExitTwoWithUsage) {
   }
 }
 
-TEST_F(SlicectlTest, MissingCoordinatorIsAClearErrorNotACrash) {
+// A machine where no libslice process has run yet is idle, not broken: status, metrics, usage and gc
+// answer with no tenants and exit 0, so that monitoring and `status --json | jq` work from boot on.
+TEST_F(SlicectlTest, MissingCoordinatorIsAnIdleMachine) {
   const std::string missing = dir_ + "/nothing-here";
-  const std::string message = "no coordinator at " + missing + ": no libslice process has run with it";
-  std::vector<std::vector<std::string>> commands = {
-      {"status", "--coordinator", missing}, {"status", "--json", "--coordinator", missing},
-      {"gc", "--coordinator", missing},     {"gc", "some-tenant", "--coordinator", missing}};
-  if (root()) commands.push_back({"set", "some-tenant", "--memory", "1Gi", "--coordinator", missing});
-  for (const auto& args : commands) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"status", "--coordinator", missing}, {"gc", "--coordinator", missing}, {"usage", "--coordinator", missing}}) {
     const Result r = slicectl(args);
-    EXPECT_EQ(r.rc, 1) << r;
-    EXPECT_TRUE(contains(r.err, message)) << r;
-    EXPECT_EQ(r.out, "") << r;
+    EXPECT_EQ(r.rc, 0) << r;
+    EXPECT_EQ(r.err, "") << r;
   }
-  // The default comes from SLICE_COORDINATOR_DIR.
-  const Result r = slicectl({"status"}, {"SLICE_COORDINATOR_DIR=" + missing});
-  EXPECT_EQ(r.rc, 1) << r;
-  EXPECT_TRUE(contains(r.err, message)) << r;
-  // A file where the folder should be.
+  const Result table = slicectl({"status", "--coordinator", missing});
+  EXPECT_TRUE(contains(table.out, "coordinator " + missing + ": idle (no libslice process has run with it yet)")) << table;
+  const Result json = slicectl({"status", "--json", "--coordinator", missing});
+  EXPECT_EQ(json.rc, 0) << json;
+  EXPECT_TRUE(contains(json.out, "\"idle\":true")) << json;
+  EXPECT_EQ(checked_json(json.out).rc, 0) << json;
+  const Result metrics = slicectl({"metrics", "--coordinator", missing});
+  EXPECT_EQ(metrics.rc, 0) << metrics;
+  EXPECT_TRUE(contains(metrics.out, "\nslice_coordinator_warnings 0\n")) << metrics;
+  EXPECT_FALSE(contains(metrics.out, "\nslice_tenant_")) << metrics << "a tenant's sample on an idle machine";
+  // The default comes from SLICE_COORDINATOR_DIR; reading never makes the folder.
+  const Result r = slicectl({"status", "--json"}, {"SLICE_COORDINATOR_DIR=" + missing});
+  EXPECT_EQ(r.rc, 0) << r;
+  EXPECT_TRUE(contains(r.out, "\"coordinator\":\"" + missing + "\"")) << r;
+  struct stat st {};
+  EXPECT_NE(stat(missing.c_str(), &st), 0) << "a reader made the coordinator folder";
+  // But a tenant that is not there, or a file where the folder should be, is an error.
+  const Result gc = slicectl({"gc", "some-tenant", "--coordinator", missing});
+  EXPECT_EQ(gc.rc, 1) << gc;
+  EXPECT_TRUE(contains(gc.err, "no tenant 'some-tenant'")) << gc;
   std::ofstream(dir_ + ".file") << "x";
   const Result f = slicectl({"status", "--coordinator", dir_ + ".file"});
   EXPECT_EQ(f.rc, 1) << f;
@@ -369,7 +386,7 @@ TEST_F(SlicectlTest, EmptyCoordinator) {
   mkdir((dir_ + "/tenants").c_str(), 01777);
   const Result table = slicectl({"status", "--coordinator", dir_});
   EXPECT_EQ(table.rc, 0) << table;
-  EXPECT_TRUE(contains(table.out, "0 tenants on 0 GPUs")) << table;
+  EXPECT_TRUE(contains(table.out, "idle (no libslice process has run with it yet); 0 GPUs")) << table;
   const Result json = slicectl({"status", "--json", "--coordinator", dir_});
   EXPECT_EQ(json.rc, 0) << json;
   EXPECT_TRUE(contains(json.out, "{\"devices\":[]")) << json;
@@ -629,7 +646,7 @@ TEST_F(SlicectlTest, SetWritesPolicyThatALiveProcessTakes) {
   for (const char* s : {"memory_limit = 1536Mi", "compute_share = 30", "priority = high", "cap 1.5 GiB (uses 1.0 GiB)",
                         "next allocation"})
     EXPECT_TRUE(contains(r.out, s)) << s << "\n" << r;
-  const std::string file = dir_ + "/policy/inference";
+  const std::string file = policy_dir_ + "/inference";
   std::string policy = read_file(file);
   EXPECT_TRUE(contains(policy, "memory_limit = 1536Mi\n")) << policy;
   EXPECT_TRUE(contains(policy, "compute_share = 30\n")) << policy;
@@ -753,8 +770,99 @@ TEST_F(SlicectlTest, SetValidatesEveryOption) {
   }
   // None of them wrote a policy (the folder itself may exist: root's processes create it at start).
   struct stat st {};
-  EXPECT_NE(stat((dir_ + "/policy/inference").c_str(), &st), 0);
-  EXPECT_NE(stat((dir_ + "/policy/inference.tmp").c_str(), &st), 0);
+  EXPECT_NE(stat((policy_dir_ + "/inference").c_str(), &st), 0);
+  EXPECT_NE(stat((policy_dir_ + "/inference.tmp").c_str(), &st), 0);
+}
+
+#ifdef SIMGPU_LIB_DIR
+// Where NVML is there (here the simulated GPU's), an idle machine lists its GPUs: index, UUID, name
+// and size as NVML has them, with no tenant; metrics has their gauges and no tenant's series.
+TEST_F(SlicectlTest, IdleMachineListsTheGpusNvmlSees) {
+  const std::vector<std::string> gpu = {"LD_LIBRARY_PATH=" SIMGPU_LIB_DIR, "SIMGPU_DEVICES=2", "SIMGPU_MEMORY=8Gi,4Gi",
+                                        "SIMGPU_STATE=" + dir_ + ".simgpu"};
+  const Result json = slicectl({"status", "--json", "--coordinator", dir_}, gpu);
+  ASSERT_EQ(json.rc, 0) << json;
+  EXPECT_EQ(checked_json(json.out).rc, 0) << json;
+  for (const std::string part : {"\"index\":0,\"uuid\":\"GPU-516d696d-6770-4075-8000-000000000000\"",
+                                 "\"index\":1,\"uuid\":\"GPU-516d696d-6770-4075-8000-000000000001\"",
+                                 "\"total_bytes\":8589934592", "\"total_bytes\":4294967296", "\"tenants\":[]",
+                                 "\"idle\":true"})
+    EXPECT_TRUE(contains(json.out, part)) << part << "\n" << json;
+  const Result table = slicectl({"status", "--coordinator", dir_}, gpu);
+  ASSERT_EQ(table.rc, 0) << table;
+  EXPECT_TRUE(contains(table.out, "idle (no libslice process has run with it yet); 2 GPUs")) << table;
+  EXPECT_TRUE(contains(table.out, "GPU 1  ")) << table;
+  EXPECT_TRUE(contains(table.out, "(no tenant)")) << table;
+  const Result metrics = slicectl({"metrics", "--coordinator", dir_}, gpu);
+  ASSERT_EQ(metrics.rc, 0) << metrics;
+  EXPECT_TRUE(contains(metrics.out, "slice_device_memory_total_bytes{device=\"1\",uuid=\"GPU-516d696d-6770-4075-8000-000000000001\"")) << metrics;
+  EXPECT_FALSE(contains(metrics.out, "\nslice_tenant_")) << metrics;
+  // Without NVML: no GPU listed, and why.
+  const Result bare = slicectl({"status", "--coordinator", dir_});
+  EXPECT_EQ(bare.rc, 0) << bare;
+  EXPECT_TRUE(contains(bare.out, "NVML is not there")) << bare;
+}
+#endif
+
+// --remove takes the policy away (the tenant's own limits hold again), and --group is kept in the
+// policy, where `slicectl prepare` finds it after a reboot.
+TEST_F(SlicectlTest, SetKeepsTheGroupAndRemoveTakesThePolicyAway) {
+  if (!root()) GTEST_SKIP() << "slicectl set needs root";
+  auto server = holder({"--tenant", "inference", "--device", kDeviceA, "--memory", "4Gi"});
+  ASSERT_EQ(slicectl({"set", "inference", "--memory", "1Gi", "--group", "4242", "--coordinator", dir_}).rc, 0);
+  EXPECT_TRUE(contains(read_file(policy_dir_ + "/inference"), "group = 4242\n"));
+  ASSERT_EQ(slicectl({"set", "inference", "--compute", "30", "--coordinator", dir_}).rc, 0);
+  EXPECT_TRUE(contains(read_file(policy_dir_ + "/inference"), "group = 4242\n")) << "a later set keeps the group";
+  struct stat st {};
+  ASSERT_EQ(stat((dir_ + "/tenants/inference").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_gid, 4242u);
+  EXPECT_TRUE(wait_for_cap(*server, kGiB));
+
+  const Result mixed = slicectl({"set", "inference", "--remove", "--memory", "1Gi", "--coordinator", dir_});
+  EXPECT_EQ(mixed.rc, 2) << mixed;
+  const Result removed = slicectl({"set", "inference", "--remove", "--coordinator", dir_});
+  ASSERT_EQ(removed.rc, 0) << removed;
+  EXPECT_TRUE(contains(removed.out, "policy of tenant 'inference' removed")) << removed;
+  EXPECT_NE(stat((policy_dir_ + "/inference").c_str(), &st), 0);
+  EXPECT_TRUE(wait_for_cap(*server, 4 * kGiB)) << "its own 4 GiB holds again";
+  const Result again = slicectl({"set", "inference", "--remove", "--coordinator", dir_});
+  EXPECT_EQ(again.rc, 0) << again;
+  EXPECT_TRUE(contains(again.out, "had no policy")) << again;
+}
+
+// `slicectl prepare`: root only; makes the coordinator and policy folders and the live files of the
+// tenants policies manage, with their groups.
+TEST_F(SlicectlTest, PrepareMakesManagedTenantsFiles) {
+  if (!root()) {
+    const Result r = slicectl({"prepare", "--coordinator", dir_});
+    EXPECT_EQ(r.rc, 1) << r;
+    EXPECT_TRUE(contains(r.err, "only root")) << r;
+    return;
+  }
+  ASSERT_EQ(slicectl({"set", "team-a", "--memory", "1Gi", "--group", "4242", "--coordinator", dir_}).rc, 0);
+  ASSERT_EQ(slicectl({"set", "team-b", "--compute", "20", "--coordinator", dir_}).rc, 0);
+  std::filesystem::remove_all(dir_);  // a reboot
+  const Result r = slicectl({"prepare", "--coordinator", dir_});
+  ASSERT_EQ(r.rc, 0) << r;
+  EXPECT_TRUE(contains(r.out, "tenant 'team-a': live file ready, writable by group 4242")) << r;
+  EXPECT_TRUE(contains(r.out, "tenant 'team-b': live file ready, root's alone")) << r;
+  struct stat st {};
+  ASSERT_EQ(stat(dir_.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 01777u);
+  ASSERT_EQ(stat((dir_ + "/tenants/team-a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u);
+  EXPECT_EQ(st.st_gid, 4242u);
+  EXPECT_EQ(st.st_mode & 0777, 0664u);
+  // Again: nothing changes, nothing fails.
+  EXPECT_EQ(slicectl({"prepare", "--coordinator", dir_}).rc, 0);
+  // A coordinator folder a user made first (its process started before the boot step): said so.
+  std::filesystem::remove_all(dir_);
+  ASSERT_EQ(mkdir(dir_.c_str(), 01777), 0);
+  ASSERT_EQ(chown(dir_.c_str(), 65534, 65534), 0);
+  const Result taken = slicectl({"prepare", "--coordinator", dir_});
+  EXPECT_EQ(taken.rc, 1) << taken;
+  EXPECT_TRUE(contains(taken.err, "was made by user 65534")) << taken;
 }
 
 TEST_F(SlicectlTest, SetNeedsRoot) {
@@ -770,7 +878,7 @@ TEST_F(SlicectlTest, SetNeedsRoot) {
   EXPECT_EQ(r.rc, 1) << r;
   EXPECT_TRUE(contains(r.err, "only root may set limits")) << r;
   struct stat st {};
-  EXPECT_NE(stat((dir_ + "/policy/inference").c_str(), &st), 0);
+  EXPECT_NE(stat((policy_dir_ + "/inference").c_str(), &st), 0);
 }
 
 TEST_F(SlicectlTest, GcReapsDeadProcesses) {
@@ -818,14 +926,14 @@ TEST_F(SlicectlTest, UnreadableFilesAreWarningsNotFailures) {
   std::ofstream(dir_ + "/tenants/broken") << "not a tenant file";
   std::ofstream(dir_ + "/tenants/empty");
   // A policy anyone may write is ignored, and said so.
-  mkdir((dir_ + "/policy").c_str(), 0755);
-  std::ofstream(dir_ + "/policy/good") << "memory_limit = 1Ki\n";
-  chmod((dir_ + "/policy/good").c_str(), 0666);
+  mkdir((policy_dir_).c_str(), 0755);
+  std::ofstream(policy_dir_ + "/good") << "memory_limit = 1Ki\n";
+  chmod((policy_dir_ + "/good").c_str(), 0666);
 
   const std::string t = table_status();
   EXPECT_TRUE(contains(t, "warning: tenant 'broken' cannot be read")) << t;
   EXPECT_TRUE(contains(t, "warning: tenant 'empty' cannot be read")) << t;
-  EXPECT_TRUE(contains(t, "warning: tenant 'good': " + dir_ + "/policy/good is ignored")) << t;
+  EXPECT_TRUE(contains(t, "warning: tenant 'good': " + policy_dir_ + "/good is ignored")) << t;
   EXPECT_TRUE(contains(line_starting(t, "  good"), "1.0 MiB")) << t;
   EXPECT_FALSE(contains(line_starting(t, "  good"), "*")) << t;
   const std::string s = json_status();

@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
   const char* dir = std::getenv("SLICE_COORDINATOR_DIR");
   if (!dir) die("SLICE_COORDINATOR_DIR is not set");
   r.dir = dir;
+  if (const char* policies = std::getenv("SLICE_POLICY_DIR")) r.policy_dir = policies;
   std::optional<slice::MemoryLimit> memory;
   std::vector<std::pair<int, std::uint64_t>> reserves;
   std::vector<std::pair<int, std::uint32_t>> compute_gpu;

@@ -267,10 +267,17 @@ class MetricsTest(LiveCoordinator):
         r = run([SLICECTL, "metrics", "--listen"])
         self.assertEqual(r.returncode, 2)
         self.assertIn(b"--listen needs a value", r.stderr)
+        # No coordinator yet: an idle machine, no tenant's series. A file in its place: an error.
         missing = self.dir + "/nothing-here"
         r = run([SLICECTL, "metrics", "--coordinator", missing])
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(b"\nslice_coordinator_warnings 0\n", r.stdout)
+        self.assertNotIn(b"\nslice_tenant_", r.stdout)
+        with open(self.dir + "/a-file", "w") as f:
+            f.write("x")
+        r = run([SLICECTL, "metrics", "--coordinator", self.dir + "/a-file"])
         self.assertEqual(r.returncode, 1)
-        self.assertIn(b"no coordinator at " + missing.encode(), r.stderr)
+        self.assertIn(b"not a directory", r.stderr)
         self.assertEqual(r.stdout, b"")
         help_text = run([SLICECTL, "metrics", "--help"])
         self.assertEqual(help_text.returncode, 0)
@@ -404,17 +411,29 @@ class ListenTest(LiveCoordinator):
             self.assertIn(b"--listen", r.stderr)
             self.assertEqual(r.stdout, b"")
 
-    def test_no_coordinator_is_a_503(self):
-        proc = subprocess.Popen([SLICECTL, "metrics", "--listen", "127.0.0.1:0", "--coordinator",
-                                 self.dir + "/nothing-here"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    def scrape_once(self, coordinator):
+        """One scrape of `metrics --listen` serving `coordinator`: (HTTP status, body)."""
+        proc = subprocess.Popen([SLICECTL, "metrics", "--listen", "127.0.0.1:0", "--coordinator", coordinator],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         first = proc.stdout.readline().decode()
         port = int(re.search(r":(\d+)/metrics", first).group(1))
         try:
             r, body = http_request(("127.0.0.1", port), "GET", "/metrics")
-            self.assertEqual(r.status, 503)
-            self.assertIn(b"no coordinator at", body)
+            return r.status, body
         finally:
             self.assertEqual(self.stop(proc), 0)
+
+    def test_idle_machine_is_served_and_a_broken_coordinator_is_a_503(self):
+        # No coordinator yet: 200, no tenant's series.
+        status, body = self.scrape_once(self.dir + "/nothing-here")
+        self.assertEqual(status, 200)
+        self.assertNotIn(b"\nslice_tenant_", body)
+        # A coordinator that cannot be read: 503, and why.
+        with open(self.dir + "/a-file", "w") as f:
+            f.write("x")
+        status, body = self.scrape_once(self.dir + "/a-file")
+        self.assertEqual(status, 503)
+        self.assertIn(b"not a directory", body)
 
 
 class TopTest(LiveCoordinator):
@@ -453,8 +472,13 @@ class TopTest(LiveCoordinator):
             self.assertEqual(r.returncode, 2, r)
             self.assertIn(message, r.stderr)
         r = run([SLICECTL, "top", "--coordinator", self.dir + "/nothing-here"])
+        self.assertEqual(r.returncode, 0, r.stderr)  # an idle machine
+        self.assertIn(b"no tenant", r.stdout)
+        with open(self.dir + "/a-file", "w") as f:
+            f.write("x")
+        r = run([SLICECTL, "top", "--coordinator", self.dir + "/a-file"])
         self.assertEqual(r.returncode, 1)
-        self.assertIn(b"no coordinator at", r.stderr)
+        self.assertIn(b"not a directory", r.stderr)
 
     def on_terminal(self, columns, rows, *args):
         """slicectl top on a new pseudo-terminal of columns x rows; (process, master fd, slave fd,

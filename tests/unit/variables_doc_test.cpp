@@ -57,7 +57,8 @@ TEST(VariablesTable, IsWellFormed) {
   const std::set<std::string_view> contract{"SLICE_MEMORY_LIMIT", "SLICE_COMPUTE_SHARE", "SLICE_COMPUTE_LIMIT",
                                             "SLICE_PRIORITY",     "SLICE_TENANT",        "SLICE_COORDINATOR_DIR",
                                             "SLICE_LOG_LEVEL",    "SLICE_LOG_FILE",      "SLICE_DISABLE",
-                                            "SLICE_CRASH_HANDLER"};  // issue 6: libslice's crash report
+                                            "SLICE_CRASH_HANDLER",   // issue 6: libslice's crash report
+                                            "SLICE_POLICY_DIR"};     // issue 13: persistent policies
   EXPECT_EQ(names, contract);
   for (const auto& v : slice::kSliceVariables) {
     const bool per_device = v.name == "SLICE_MEMORY_LIMIT" || v.name == "SLICE_COMPUTE_SHARE";

@@ -41,7 +41,9 @@ std::string edits_json(const ContainerEdits& edits, const CdiOptions& options, c
   }
   out += indent + "  ],\n" + indent + "  \"hooks\": [\n" + indent + "    {\"hookName\": \"createRuntime\", \"path\": " +
          quoted(options.hook_path) + ", \"args\": " +
-         string_list({"slice-cdi-gen", "--prepare-coordinator", options.paths.host_coordinator_dir}) + "}\n" + indent +
+         string_list({"slice-cdi-gen", "--prepare-coordinator", options.paths.host_coordinator_dir, "--policy-dir",
+                      options.paths.host_policy_dir}) +
+         "}\n" + indent +
          "  ]\n" + indent + "}";
   return out;
 }

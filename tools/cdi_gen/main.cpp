@@ -18,23 +18,29 @@
 namespace {
 
 using namespace slice::k8s;
+using slice::GpuInfo;
+using slice::NvmlLibrary;
 
 constexpr const char* kUsage =
     "usage: slice-cdi-gen [OPTION...]\n"
     "Writes a Container Device Interface spec with one device per GPU and slice count: gpuI-CofN is C of\n"
     "the N equal slices of GPU I (memory after the reserve, and device time), enforced by libslice.so.\n"
     "  podman run --device nvidia.com/gpu=0 --device libslice.io/slice=gpu0-2of4 IMAGE ...\n\n"
-    "  --output PATH                   where to write it; - for standard output (default /var/run/cdi/libslice.json)\n"
+    "  --output PATH                   where to write it; - for standard output (default /var/run/cdi/libslice.json);\n"
+    "                                  writing a file also makes the folders the spec mounts (as root)\n"
     "  --slices N                      slices per GPU, 1-100 (default 4)\n"
     "  --memory-reserve Q              memory per GPU kept out of the slices, e.g. 512Mi (default 0)\n"
     "  --kind VENDOR/CLASS             the devices' CDI kind (default libslice.io/slice)\n"
     "  --nvml-library PATH             NVML to load (default libnvidia-ml.so.1)\n"
     "  --coordinator-dir DIR           the host's libslice coordinator folder (default /dev/shm/libslice)\n"
     "  --container-coordinator-dir DIR where containers see it (default /run/libslice)\n"
+    "  --policy-dir DIR                the host's persistent policy folder (default /etc/libslice/policy)\n"
+    "  --container-policy-dir DIR      where containers see it, read-only (default /etc/libslice/policy)\n"
     "  --host-lib-dir DIR              host folder with libslice.so and ld.so.preload (default /var/lib/libslice)\n"
     "  --container-lib-dir DIR         where containers see libslice.so (default /usr/local/libslice)\n"
     "  --hook-path PATH                this program's path for the hook (default: where it runs from)\n"
-    "  --prepare-coordinator DIR       (the hook) make DIR a coordinator folder with a root-owned policy folder\n"
+    "  --prepare-coordinator DIR       (the hook) make DIR a coordinator folder, with root-owned live files for\n"
+    "                                  the tenants that policies in --policy-dir manage\n"
     "  --help                          this text\n"
     "Exit status: 0 done, 1 could not be done, 2 a wrong command line.\n";
 
@@ -91,6 +97,8 @@ int main(int argc, char** argv) {
     } else if (flag == "--nvml-library") nvml_path = value;
     else if (flag == "--coordinator-dir") options.paths.host_coordinator_dir = absolute(flag, value);
     else if (flag == "--container-coordinator-dir") options.paths.container_coordinator_dir = absolute(flag, value);
+    else if (flag == "--policy-dir") options.paths.host_policy_dir = absolute(flag, value);
+    else if (flag == "--container-policy-dir") options.paths.container_policy_dir = absolute(flag, value);
     else if (flag == "--host-lib-dir") options.paths.host_lib_dir = absolute(flag, value);
     else if (flag == "--container-lib-dir") options.paths.container_lib_dir = absolute(flag, value);
     else if (flag == "--hook-path") options.hook_path = absolute(flag, value);
@@ -100,12 +108,17 @@ int main(int argc, char** argv) {
 
   std::string error;
   if (!prepare.empty()) {
-    // The hook: runs on the host before the container's mounts are made, so the coordinator folder
-    // exists (a bind mount of a missing folder fails) and is root's (policy folder included).
-    if (!slice::prepare_coordinator_dir(prepare, error) || (geteuid() == 0 && !slice::prepare_policy_folder(prepare, error))) {
+    // The hook: runs on the host once the container's mounts are made (createRuntime), so it cannot
+    // make their sources; writing the spec below does, and so does `slicectl prepare` at boot. It
+    // makes sure that the live files of tenants that policies manage are root's.
+    std::vector<std::string> prepared, problems;
+    const bool ok = geteuid() == 0 ? slice::prepare_machine(prepare, options.paths.host_policy_dir, prepared, problems, error)
+                                   : slice::prepare_coordinator_dir(prepare, error);
+    if (!ok) {
       std::fprintf(stderr, "slice-cdi-gen: cannot prepare %s: %s\n", prepare.c_str(), error.c_str());
       return 1;
     }
+    for (const std::string& p : problems) std::fprintf(stderr, "slice-cdi-gen: %s\n", p.c_str());
     return 0;
   }
 
@@ -121,6 +134,16 @@ int main(int argc, char** argv) {
     std::fputs(spec.c_str(), stdout);
     return 0;
   }
+  // The spec's bind mounts need their sources before any container starts (its hook runs too late
+  // to make them): the coordinator folder and the policy folder, made here as the spec is written.
+  std::vector<std::string> prepared, problems;
+  if (!slice::prepare_machine(options.paths.host_coordinator_dir, options.paths.host_policy_dir, prepared, problems,
+                              error)) {
+    std::fprintf(stderr, "slice-cdi-gen: cannot prepare %s and %s, which the spec mounts: %s (run as root)\n",
+                 options.paths.host_coordinator_dir.c_str(), options.paths.host_policy_dir.c_str(), error.c_str());
+    return 1;
+  }
+  for (const std::string& p : problems) std::fprintf(stderr, "slice-cdi-gen: %s\n", p.c_str());
   // Written beside and renamed, so that a runtime reading the folder never sees half a spec.
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(output).parent_path(), ec);

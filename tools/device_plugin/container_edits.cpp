@@ -63,6 +63,7 @@ ContainerEdits container_edits(const Inventory& inventory, const std::map<std::s
   for (const std::string& uuid : edits.gpu_uuids) visible += (visible.empty() ? "" : ",") + uuid;
   edits.env["NVIDIA_VISIBLE_DEVICES"] = visible;
   edits.env[std::string(variable_info(VariableId::SLICE_COORDINATOR_DIR).name)] = paths.container_coordinator_dir;
+  edits.env[std::string(variable_info(VariableId::SLICE_POLICY_DIR).name)] = paths.container_policy_dir;
   if (!tenant.empty()) edits.env[std::string(variable_info(VariableId::SLICE_TENANT).name)] = tenant;
 
   const std::string library = paths.container_lib_dir + "/" + kLibraryFileName;
@@ -72,9 +73,10 @@ ContainerEdits container_edits(const Inventory& inventory, const std::map<std::s
   edits.mounts.push_back({paths.host_lib_dir + "/" + kPreloadFileName, "/etc/ld.so.preload", true});
   // The node's coordinator: every container on the node shares one view of every GPU's budgets.
   edits.mounts.push_back({paths.host_coordinator_dir, paths.container_coordinator_dir, false});
-  // Its policy folder once more, read-only on top: even root in the container cannot rewrite the
-  // owner's limits through this mount.
-  edits.mounts.push_back({paths.host_coordinator_dir + "/policy", paths.container_coordinator_dir + "/policy", true});
+  // The owner's policy folder, read-only: even root in the container cannot rewrite the owner's
+  // limits through this mount. It is persistent and made when the spec is written or the plugin
+  // starts (a bind mount of a missing folder fails the container's start).
+  edits.mounts.push_back({paths.host_policy_dir, paths.container_policy_dir, true});
   return edits;
 }
 

@@ -16,6 +16,9 @@ namespace slice::k8s {
 struct EditPaths {
   std::string host_coordinator_dir = "/dev/shm/libslice";  // libslice's default, so host processes join too
   std::string container_coordinator_dir = "/run/libslice";
+  // The owner's policies: persistent on the node, read-only in the container.
+  std::string host_policy_dir = "/etc/libslice/policy";       // libslice's default (SLICE_POLICY_DIR)
+  std::string container_policy_dir = "/etc/libslice/policy";
   std::string host_lib_dir = "/var/lib/libslice";          // libslice.so and ld.so.preload, from the init container
   std::string container_lib_dir = "/usr/local/libslice";
 };

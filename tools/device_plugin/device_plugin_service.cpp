@@ -79,7 +79,7 @@ grpc::Status DevicePluginService::allocate_container(const v1beta1::ContainerAll
   // The owner's word: a root-owned policy for the tenant, which wins over anything in the
   // container's environment, and a root-owned tenant file, which its processes cannot delete to
   // start again from zero.
-  if (!write_policy(options_.paths.host_coordinator_dir, tenant, edits.policy, error) ||
+  if (!write_policy(options_.paths.host_policy_dir, tenant, edits.policy, error) ||
       !adopt_tenant_file(options_.paths.host_coordinator_dir, tenant, options_.tenant_group, error))
     return {grpc::StatusCode::INTERNAL, "cannot write the policy of tenant '" + tenant + "': " + error};
 

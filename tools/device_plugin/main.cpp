@@ -18,6 +18,8 @@
 namespace {
 
 using namespace slice::k8s;
+using slice::GpuInfo;
+using slice::NvmlLibrary;
 
 void print_slices(const Inventory& inventory) {
   for (const GpuSlices& g : inventory.gpus()) {
@@ -78,13 +80,16 @@ int main(int argc, char** argv) {
     spdlog::info("GPU {} {} {}: {} slices of {} MiB and {}%", g.gpu.index, g.gpu.uuid, g.gpu.name, g.slices,
                  g.memory_per_slice >> 20, g.share_per_slice);
   check_installed_library(options);
-  // The node's coordinator folder, and its root-owned policy folder, before any container can
-  // make them its own.
-  if (!slice::prepare_coordinator_dir(options.paths.host_coordinator_dir, error) ||
-      !slice::prepare_policy_folder(options.paths.host_coordinator_dir, error)) {
-    spdlog::error("cannot prepare the coordinator folder {}: {} (the plugin must run as root)",
-                  options.paths.host_coordinator_dir, error);
+  // The node's coordinator folder, its root-owned policy folder and the live files of the tenants
+  // that policies manage (after a reboot, the containers the kubelet restarts need them), before
+  // any container can make them its own.
+  std::vector<std::string> prepared, problems;
+  if (!slice::prepare_machine(options.paths.host_coordinator_dir, options.paths.host_policy_dir, prepared, problems,
+                              error)) {
+    spdlog::error("cannot prepare the coordinator folder {} and the policy folder {}: {} (the plugin must run as root)",
+                  options.paths.host_coordinator_dir, options.paths.host_policy_dir, error);
     return 1;
   }
+  for (const std::string& p : problems) spdlog::warn("{}", p);
   return run_plugin(options, inventory, *nvml);
 }

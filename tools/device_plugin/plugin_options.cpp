@@ -97,6 +97,11 @@ const std::vector<Flag>& flags() {
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.host_coordinator_dir, v); }},
       {"--container-coordinator-dir", "DIR", "where containers see it (default /run/libslice)",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.container_coordinator_dir, v); }},
+      {"--policy-dir", "DIR", "the node's persistent policy folder, where the plugin writes each container's "
+       "limits (default /etc/libslice/policy)",
+       [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.host_policy_dir, v); }},
+      {"--container-policy-dir", "DIR", "where containers see it, read-only (default /etc/libslice/policy)",
+       [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.container_policy_dir, v); }},
       {"--host-lib-dir", "DIR", "node folder holding libslice.so and ld.so.preload (default /var/lib/libslice)",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.host_lib_dir, v); }},
       {"--container-lib-dir", "DIR", "where containers see libslice.so; ld.so.preload must name "

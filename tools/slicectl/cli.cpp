@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "config.h"
 #include "config_values.h"
 #include "printable.h"
+#include "usage_archive.h"
 
 namespace slicectl {
 
@@ -60,15 +62,39 @@ bool ArgReader::option(std::string_view name, std::string& value) {
 }
 
 CommonOptions::CommonOptions() {
+  // The defaults are libslice's own, so that the tools look where its processes do.
+  const slice::Config defaults;
   const char* env = std::getenv("SLICE_COORDINATOR_DIR");
-  coordinator = env && *env ? env : "/dev/shm/libslice";
+  coordinator = env && *env ? env : defaults.coordinator_dir;
+  env = std::getenv("SLICE_POLICY_DIR");
+  policy_dir = env && *env ? env : defaults.policy_dir;
 }
 
 bool CommonOptions::read(ArgReader& args) {
   std::string value;
-  if (!args.option("--coordinator", value)) return false;
-  if (value.empty()) invalid_option("--coordinator", value, "an empty path", "/dev/shm/libslice");
-  coordinator = value;
+  if (args.option("--coordinator", value)) {
+    if (value.empty()) invalid_option("--coordinator", value, "an empty path", "/dev/shm/libslice");
+    coordinator = value;
+    return true;
+  }
+  if (args.option("--policy-dir", value)) {
+    if (value.empty() || value[0] != '/') invalid_option("--policy-dir", value, "not an absolute path", "/etc/libslice/policy");
+    policy_dir = value;
+    return true;
+  }
+  return false;
+}
+
+ArchiveOption::ArchiveOption() {
+  const char* env = std::getenv("SLICECTL_ARCHIVE");
+  path = env && *env ? env : kDefaultArchive;
+}
+
+bool ArchiveOption::read(ArgReader& args) {
+  std::string value;
+  if (!args.option("--archive", value)) return false;
+  if (value.empty()) invalid_option("--archive", value, "an empty path", kDefaultArchive);
+  path = value;
   return true;
 }
 

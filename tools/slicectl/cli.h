@@ -50,8 +50,17 @@ class ArgReader {
 // Reads the options every subcommand takes (--coordinator DIR; --help is the caller's). Returns
 // true if it consumed the next argument.
 struct CommonOptions {
-  std::string coordinator;  // $SLICE_COORDINATOR_DIR, else /dev/shm/libslice, unless --coordinator
+  std::string coordinator;  // $SLICE_COORDINATOR_DIR, else libslice's default, unless --coordinator
+  std::string policy_dir;   // $SLICE_POLICY_DIR, else libslice's default, unless --policy-dir
   CommonOptions();
+  bool read(ArgReader& args);
+};
+
+// --archive FILE, for the subcommands that read or write the usage archive (usage_archive.h):
+// default $SLICECTL_ARCHIVE, else /var/lib/libslice/usage.sqlite3.
+struct ArchiveOption {
+  std::string path;
+  ArchiveOption();
   bool read(ArgReader& args);
 };
 

@@ -14,5 +14,7 @@ int run_rm(std::vector<std::string> args);
 int run_usage(std::vector<std::string> args);
 int run_top(std::vector<std::string> args);
 int run_metrics(std::vector<std::string> args);
+int run_archive(std::vector<std::string> args);
+int run_prepare(std::vector<std::string> args);
 
 }  // namespace slicectl

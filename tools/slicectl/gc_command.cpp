@@ -9,6 +9,7 @@
 #include "coordinator_view.h"
 #include "printable.h"
 #include "sigbus_guard.h"
+#include "status_model.h"
 
 namespace slicectl {
 
@@ -37,7 +38,6 @@ int run_gc(std::vector<std::string> argv) {
   }
   if (!only.empty()) check_tenant_argument(only, "slicectl gc team-a");
   const std::string& dir = common.coordinator;
-  require_coordinator(dir);
 
   std::vector<std::string> tenants;
   if (!only.empty()) {
@@ -46,9 +46,7 @@ int run_gc(std::vector<std::string> argv) {
       fail("no tenant '" + only + "' at " + slice::printable(dir, 200));
     tenants.push_back(only);
   } else {
-    std::string error;
-    for (const slice::TenantView& t : slice::read_coordinator(dir, error)) tenants.push_back(t.name);
-    if (!error.empty()) fail(error);
+    for (const slice::TenantView& t : read_live_tenants(common)) tenants.push_back(t.name);  // none: idle
     if (tenants.empty()) std::printf("no tenants at %s\n", shown(dir, 200).c_str());
   }
 

@@ -27,6 +27,8 @@ constexpr Subcommand kSubcommands[] = {
     {"usage", slicectl::run_usage},
     {"top", slicectl::run_top},
     {"metrics", slicectl::run_metrics},
+    {"archive", slicectl::run_archive},
+    {"prepare", slicectl::run_prepare},
 };
 
 bool is_help(std::string_view a) { return a == "--help" || a == "-h"; }

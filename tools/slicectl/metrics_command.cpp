@@ -16,7 +16,7 @@ namespace slicectl {
 
 namespace {
 
-HttpResponse scrape(const HttpRequest& request, const std::string& coordinator) {
+HttpResponse scrape(const HttpRequest& request, const CommonOptions& common) {
   HttpResponse r;
   if (request.path() != "/metrics") {
     r.status = 404;
@@ -27,10 +27,11 @@ HttpResponse scrape(const HttpRequest& request, const std::string& coordinator) 
     r.headers.emplace_back("Allow", "GET, HEAD");
   } else {
     try {
-      r.body = metrics_text(read_status(coordinator));
+      r.body = metrics_text(read_status(common.coordinator, common.policy_dir));
       r.content_type = kExpositionContentType;
     } catch (const CommandError& e) {
-      // The coordinator is not there (yet): Prometheus marks the target down and says why.
+      // A coordinator that cannot be read (none at all is an idle machine, with the GPUs' series
+      // and no tenant's): Prometheus marks the target down and says why.
       r.status = 503;
       r.body = e.message + "\n";
     }
@@ -38,7 +39,7 @@ HttpResponse scrape(const HttpRequest& request, const std::string& coordinator) 
   return r;
 }
 
-int serve(const std::string& listen, const std::string& coordinator) {
+int serve(const std::string& listen, const CommonOptions& common) {
   // Watched before the address is printed: whoever reads it may send SIGTERM at once.
   SignalWatch signals({SIGINT, SIGTERM});
   std::string bound;
@@ -46,11 +47,11 @@ int serve(const std::string& listen, const std::string& coordinator) {
   std::printf("listening on http://%s/metrics\n", bound.c_str());
   std::fflush(stdout);
   try {
-    read_status(coordinator);
-  } catch (const CommandError& e) {  // it may come later: the first libslice process makes it
-    std::fprintf(stderr, "slicectl metrics: %s; answering 503 until there is one\n", e.message.c_str());
+    read_status(common.coordinator, common.policy_dir);
+  } catch (const CommandError& e) {  // it may be repaired later: each scrape reads afresh
+    std::fprintf(stderr, "slicectl metrics: %s; answering 503 while it cannot be read\n", e.message.c_str());
   }
-  serve_http(fd, signals, [&](const HttpRequest& r) { return scrape(r, coordinator); });
+  serve_http(fd, signals, [&](const HttpRequest& r) { return scrape(r, common); });
   close(fd);
   return kExitOk;
 }
@@ -66,8 +67,8 @@ int run_metrics(std::vector<std::string> argv) {
     if (args.option("--listen", listen)) listening = true;
     else if (!common.read(args)) unknown_option(args.peek());
   }
-  if (listening) return serve(listen, common.coordinator);
-  std::fputs(metrics_text(read_status(common.coordinator)).c_str(), stdout);
+  if (listening) return serve(listen, common);
+  std::fputs(metrics_text(read_status(common.coordinator, common.policy_dir)).c_str(), stdout);
   return kExitOk;
 }
 

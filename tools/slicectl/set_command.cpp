@@ -1,6 +1,7 @@
 // slicectl set TENANT ...: an administrator's limits for a tenant, merged into its policy file
 // (policy.h) and read back to show what now holds.
 #include <grp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -33,6 +34,7 @@ struct Changes {
   std::optional<unsigned> compute_limit;
   std::optional<slice::Priority> priority;
   std::optional<unsigned> group;  // the group whose members run the tenant's processes
+  bool remove = false;            // --remove: the policy goes, the tenant's own limits hold again
 
   bool empty() const {
     return !memory && per_gpu.empty() && !compute_share && !compute_limit && !priority && !group;
@@ -106,6 +108,8 @@ Changes read_changes(ArgReader& args, CommonOptions& common) {
       c.compute_share = percent_value("--compute", value, "30");
     } else if (args.option("--limit", value)) {
       c.compute_limit = percent_value("--limit", value, "50");
+    } else if (args.flag("--remove")) {
+      c.remove = true;
     } else if (args.option("--group", value)) {
       c.group = group_value(value);
     } else if (args.option("--priority", value)) {
@@ -121,7 +125,9 @@ Changes read_changes(ArgReader& args, CommonOptions& common) {
   }
   if (c.tenant.empty()) usage_error("which tenant? give its name: slicectl set TENANT --memory 4Gi");
   check_tenant_argument(c.tenant, "slicectl set team-a --memory 4Gi");
-  if (c.empty()) usage_error("nothing to set: give at least one of --memory, --memory-gpu, --compute, --limit, --priority, --group");
+  if (c.remove && !c.empty()) usage_error("--remove takes the whole policy away: give it alone (slicectl set team-a --remove)");
+  if (!c.remove && c.empty())
+    usage_error("nothing to set: give at least one of --memory, --memory-gpu, --compute, --limit, --priority, --group, or --remove");
   return c;
 }
 
@@ -136,6 +142,7 @@ void apply(const Changes& c, slice::Policy& p) {
   if (c.compute_share) p.compute_share = *c.compute_share;
   if (c.compute_limit) p.compute_limit = *c.compute_limit;
   if (c.priority) p.priority = *c.priority;
+  if (c.group) p.group = *c.group;  // kept in the policy: root makes the tenant's file again at boot
 }
 
 // The policy's settings without the comment line, indented; "(empty ...)" when it sets nothing.
@@ -147,9 +154,9 @@ std::string settings_of(const slice::Policy& p, const std::string& tenant) {
   return out.empty() ? "  (empty: the tenant's own limits hold)\n" : out;
 }
 
-void print_in_effect(const std::string& dir, const std::string& tenant) {
+void print_in_effect(const CommonOptions& common, const std::string& tenant) {
   std::string error;
-  const auto tenants = slice::read_coordinator(dir, error);
+  const auto tenants = slice::read_coordinator(common.coordinator, common.policy_dir, error);
   for (const slice::TenantView& t : tenants) {
     // A tenant that never met a GPU (its file was just made for it here) has not started.
     if (t.name != tenant || (t.readable && t.gpus.empty() && t.processes.empty())) continue;
@@ -180,14 +187,27 @@ int run_set(std::vector<std::string> argv) {
   CommonOptions common;
   const Changes changes = read_changes(args, common);
   const std::string& dir = common.coordinator;
+  const std::string& policies = common.policy_dir;
   if (geteuid() != 0)
-    fail("only root may set limits: the policy folder " + slice::printable(dir, 200) +
-         "/policy belongs to root, so that tenants cannot change their own limits (run: sudo slicectl set ...)");
-  require_coordinator(dir);
+    fail("only root may set limits: the policy folder " + slice::printable(policies, 200) +
+         " belongs to root, so that tenants cannot change their own limits (run: sudo slicectl set ...)");
+
+  std::string error;
+  if (changes.remove) {
+    struct stat st {};
+    const bool had = lstat((policies + "/" + changes.tenant).c_str(), &st) == 0;
+    if (!slice::remove_policy(policies, changes.tenant, error)) fail(error);
+    if (had)
+      std::printf("policy of tenant '%s' removed: its own limits (its first process's SLICE_* variables) hold from its\n"
+                  "processes' next allocation\n", changes.tenant.c_str());
+    else
+      std::printf("tenant '%s' had no policy in %s: nothing to remove\n", changes.tenant.c_str(), shown(policies, 200).c_str());
+    return kExitOk;
+  }
 
   slice::Policy policy;
   std::string message;
-  switch (slice::read_policy(dir, changes.tenant, policy, message)) {
+  switch (slice::read_policy(policies, changes.tenant, policy, message)) {
     case slice::PolicyStatus::ok:
     case slice::PolicyStatus::none:
       break;
@@ -202,18 +222,17 @@ int run_set(std::vector<std::string> argv) {
     std::fprintf(stderr, "slicectl set: warning: compute share %u%% is above the limit %u%%: the limit holds\n",
                  *policy.compute_share, *policy.compute_limit);
 
-  std::string error;
-  if (!slice::write_policy(dir, changes.tenant, policy, error)) fail(error);
+  if (!slice::write_policy(policies, changes.tenant, policy, error)) fail(error);
   // A managed tenant's file is root's, so that its processes cannot delete it and start again from
-  // zero usage; they write it as members of its group.
-  if (!slice::adopt_tenant_file(dir, changes.tenant, changes.group, error)) fail(error);
+  // zero usage; they write it as members of its group (kept in the policy for `slicectl prepare`).
+  if (!slice::adopt_tenant_file(dir, changes.tenant, policy.group, error)) fail(error);
   // Read it back as every process will: what holds is what they read.
   slice::Policy now;
-  if (slice::read_policy(dir, changes.tenant, now, message) != slice::PolicyStatus::ok)
+  if (slice::read_policy(policies, changes.tenant, now, message) != slice::PolicyStatus::ok)
     fail("the policy was written but is not in effect: " + message);
-  std::printf("policy of tenant '%s' (%s/policy/%s):\n%s", changes.tenant.c_str(), shown(dir, 200).c_str(),
+  std::printf("policy of tenant '%s' (%s/%s):\n%s", changes.tenant.c_str(), shown(policies, 200).c_str(),
               changes.tenant.c_str(), settings_of(now, changes.tenant).c_str());
-  print_in_effect(dir, changes.tenant);
+  print_in_effect(common, changes.tenant);
   return kExitOk;
 }
 

@@ -95,6 +95,8 @@ void print_status_json(const CoordinatorStatus& s) {
   j.end_array();
   j.key("coordinator");
   j.string(s.dir);
+  j.key("idle");  // no libslice process has run with this coordinator yet
+  j.boolean(s.idle);
   j.key("warnings");
   j.begin_array();
   for (const std::string& w : s.warnings) j.string(w);

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "coordinator_view.h"
+#include "nvml_library.h"
 
 namespace slicectl {
 
@@ -31,9 +33,11 @@ struct TenantOnDevice {
 };
 
 struct DeviceStatus {
-  int index = 0;  // position in UUID order: stable however tenants come and go
+  // NVML's index (as nvidia-smi numbers the GPUs); where NVML is not there, or does not see this
+  // GPU, the position in UUID order after NVML's: stable however tenants come and go.
+  int index = 0;
   std::string uuid;
-  std::string name;                // as the first tenant (by name) that uses it recorded it
+  std::string name;                // as the first tenant (by name) that uses it recorded it, else NVML's
   std::uint64_t total_bytes = 0;   // likewise
   std::uint64_t used_bytes = 0;    // sum over its tenants (saturating: files are not trusted)
   std::vector<TenantOnDevice> tenants;  // by tenant name
@@ -41,13 +45,28 @@ struct DeviceStatus {
 
 struct CoordinatorStatus {
   std::string dir;
+  // No tenant: no libslice process has run with this coordinator yet (no folder, or one made at
+  // boot), or every tenant was removed. A normal state (an idle machine), not an error.
+  bool idle = false;
   std::vector<slice::TenantView> tenants;  // by name
-  std::vector<DeviceStatus> devices;       // by UUID
+  std::vector<DeviceStatus> devices;       // by index
   std::vector<std::string> warnings;       // unreadable tenant files, ignored policy files
+  std::string nvml_note;                   // why NVML's GPUs are not listed; empty when they are
 };
 
-// Reads the coordinator at `dir`; fails (CommandError, exit 1) when there is none or it cannot be read.
-CoordinatorStatus read_status(const std::string& dir);
+// Every GPU NVML sees: libnvidia-ml.so.1, found as any NVML client finds it, loaded at the first
+// call and kept. Nothing when it is not there, and `note` says why.
+std::vector<slice::GpuInfo> nvml_gpus(std::string& note);
+
+// Every tenant of the coordinator, or none when it is idle (coordinator_is_idle); fails (exit 1)
+// when it exists but cannot be read.
+bool coordinator_is_idle(const std::string& dir);
+std::vector<slice::TenantView> read_live_tenants(const CommonOptions& common);
+
+// Reads the coordinator at `dir` (with the policies of `policy_dir`) and the GPUs NVML sees. A
+// coordinator folder that does not exist is an idle machine; one that exists but cannot be read
+// fails (CommandError, exit 1).
+CoordinatorStatus read_status(const std::string& dir, const std::string& policy_dir);
 
 // "2 dead processes not yet reaped", "1 dead process not yet reaped".
 std::string dead_process_note(int count);

@@ -69,14 +69,23 @@ std::string device_table(const DeviceStatus& d) {
 
 void print_status_table(const CoordinatorStatus& s) {
   const std::size_t n = s.tenants.size();
-  std::printf("coordinator %s: %zu tenant%s on %zu GPU%s\n", shown(s.dir, 200).c_str(), n, n == 1 ? "" : "s",
-              s.devices.size(), s.devices.size() == 1 ? "" : "s");
+  if (s.idle)
+    std::printf("coordinator %s: idle (no libslice process has run with it yet); %zu GPU%s\n", shown(s.dir, 200).c_str(),
+                s.devices.size(), s.devices.size() == 1 ? "" : "s");
+  else
+    std::printf("coordinator %s: %zu tenant%s on %zu GPU%s\n", shown(s.dir, 200).c_str(), n, n == 1 ? "" : "s",
+                s.devices.size(), s.devices.size() == 1 ? "" : "s");
   bool any_policy = false;
   for (const DeviceStatus& d : s.devices) {
+    if (d.tenants.empty()) {
+      std::printf("\n%s\n  (no tenant)\n", device_heading(d).c_str());
+      continue;
+    }
     std::printf("\n%s\n%s", device_heading(d).c_str(), device_table(d).c_str());
     for (const TenantOnDevice& on : d.tenants) any_policy |= on.tenant->policy;
   }
   std::string notes;
+  if (s.devices.empty() && !s.nvml_note.empty()) notes += s.nvml_note + "\n";
   if (any_policy) notes += "* limits set by an administrator (slicectl set)\n";
   for (const slice::TenantView& t : s.tenants) {
     if (!t.readable) continue;

@@ -65,7 +65,7 @@ std::vector<ScreenLine> page(const CoordinatorStatus& s, const std::string& what
 }
 
 // Until q, Ctrl-C, SIGTERM or SIGHUP, or until the terminal is gone.
-void live(const std::string& dir, double interval) {
+void live(const CommonOptions& common, double interval) {
   SignalWatch signals({SIGINT, SIGTERM, SIGHUP, SIGWINCH, SIGTSTP});
   const int keys = isatty(STDIN_FILENO) ? STDIN_FILENO : -1;
   TerminalScreen screen(keys, STDOUT_FILENO);
@@ -78,7 +78,7 @@ void live(const std::string& dir, double interval) {
     const std::size_t columns = static_cast<std::size_t>(size.columns), rows = static_cast<std::size_t>(size.rows);
     std::vector<ScreenLine> lines;
     try {
-      lines = page(read_status(dir), what, columns);
+      lines = page(read_status(common.coordinator, common.policy_dir), what, columns);
     } catch (const CommandError& e) {  // the coordinator went away: say so and keep looking
       lines = {{"slicectl top  " + clock_text() + "  " + what, {}}, {}, {shown(e.message, 300), {}}};
     }
@@ -122,13 +122,14 @@ int run_top(std::vector<std::string> argv) {
     else if (args.flag("--once")) once = true;
     else if (!common.read(args)) unknown_option(args.peek());
   }
-  const CoordinatorStatus first = read_status(common.coordinator);  // no coordinator: exit 1 before drawing
+  // A coordinator that cannot be read: exit 1 before drawing (none at all is an idle machine).
+  const CoordinatorStatus first = read_status(common.coordinator, common.policy_dir);
   if (once || !isatty(STDOUT_FILENO)) {
     const std::size_t columns = isatty(STDOUT_FILENO) ? static_cast<std::size_t>(window_size(STDOUT_FILENO).columns) : 80;
     std::fputs(plain_text(page(first, "snapshot", columns), columns).c_str(), stdout);
     return kExitOk;
   }
-  live(common.coordinator, interval);
+  live(common, interval);
   return kExitOk;
 }
 

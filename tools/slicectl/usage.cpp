@@ -4,7 +4,13 @@ namespace slicectl {
 
 #define SLICECTL_COORDINATOR_HELP                                                                  \
   "  --coordinator DIR  the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"       \
-  "                     /dev/shm/libslice); the same one the programs under libslice use\n"
+  "                     /dev/shm/libslice); the same one the programs under libslice use\n"       \
+  "  --policy-dir DIR   the administrator's policy folder (default: $SLICE_POLICY_DIR, else\n"    \
+  "                     /etc/libslice/policy)\n"
+
+#define SLICECTL_ARCHIVE_HELP                                                                      \
+  "  --archive FILE     the usage archive, an SQLite database (default: $SLICECTL_ARCHIVE, else\n" \
+  "                     /var/lib/libslice/usage.sqlite3)\n"
 
 const char* const kMainUsage =
     "usage: slicectl SUBCOMMAND [OPTIONS]\n"
@@ -23,16 +29,24 @@ const char* const kMainUsage =
     "  top                the same as status, redrawn every second in the terminal (q quits)\n"
     "  metrics [--listen ADDR:PORT]\n"
     "                     the same figures in Prometheus text format, or served at /metrics\n"
+    "  archive            copy the tenants' usage records into the usage archive, which outlasts\n"
+    "                     reboots (a timer runs it every few minutes)\n"
+    "  prepare            as root at boot: the coordinator and policy folders, and the live files of\n"
+    "                     the tenants that policies manage\n"
     "\n"
     "options of every subcommand (--coordinator may also come before it):\n" SLICECTL_COORDINATOR_HELP
     "  --help, -h         the subcommand's own help (slicectl SUBCOMMAND --help)\n"
     "\n"
-    "exit status: 0 done, 1 could not be done (no coordinator, not root, ...), 2 wrong command line\n";
+    "A machine where no libslice process has run yet is idle: status, top, metrics, usage and gc\n"
+    "answer with no tenants and exit 0.\n"
+    "exit status: 0 done, 1 could not be done (a coordinator that cannot be read, not root, ...),\n"
+    "2 wrong command line\n";
 
 const char* const kStatusUsage =
     "usage: slicectl status [--json] [--coordinator DIR]\n"
-    "Per GPU (gathered by UUID across all tenants, numbered in UUID order: not the CUDA ordinals,\n"
-    "which differ between processes) its name, size and the memory its tenants use; per tenant its\n"
+    "Per GPU (every GPU NVML sees, numbered as nvidia-smi numbers them, not by CUDA ordinals, which\n"
+    "differ between processes; then any other GPU a tenant used, in UUID order) its name, size and\n"
+    "the memory its tenants use; per tenant its\n"
     "memory used and cap, compute share and limit, priority, its live processes, and the share of\n"
     "the GPU's time it received over the last second and the last ten (COMPUTE 1s, 10s), measured\n"
     "as libslice's compute scheduler measures it; - when none of its processes has measured it yet.\n"
@@ -51,7 +65,7 @@ const char* const kStatusUsage =
     "                       \"device_seconds_total\",\"memory_byte_seconds_total\",\n"
     "                       \"policy\",\"dead_processes\",\"processes\":[{\"pid\",\"name\",\"memory_used_bytes\",\n"
     "                       \"memory_overhead_bytes\",\"memory_overhead\"}]}]}],\n"
-    "                      \"warnings\":[...]}\n"
+    "                      \"coordinator\",\"idle\",\"warnings\":[...]}\n"
     "                     memory_limit_bytes is null when there is no cap; memory_overhead_bytes\n"
     "                     (part of memory_used_bytes) is null unless memory_overhead is\n"
     "                     \"measured\" (else \"not measured yet\" or \"not measurable\"); compute_used_1s and\n"
@@ -63,12 +77,15 @@ const char* const kStatusUsage =
 const char* const kSetUsage =
     "usage: slicectl set TENANT [--memory Q|P%|none] [--memory-gpu UUID=Q|P%|none ...]\n"
     "                    [--compute P] [--limit P] [--priority high|normal|low] [--group GROUP]\n"
-    "                    [--coordinator DIR]\n"
-    "Writes the administrator's policy of TENANT (DIR/policy/TENANT, root-owned): its limits win\n"
-    "over the tenant's own SLICE_* variables, and running processes take them at their next\n"
-    "allocation. Options not given keep the values the policy had. Needs root. Prints the policy.\n"
+    "                    [--coordinator DIR] [--policy-dir DIR]\n"
+    "       slicectl set TENANT --remove\n"
+    "Writes the administrator's policy of TENANT (POLICY-DIR/TENANT, root-owned, persistent): its\n"
+    "limits win over the tenant's own SLICE_* variables, and running processes take them at their\n"
+    "next allocation; after a reboot, its processes are held to it from their first allocation.\n"
+    "Options not given keep the values the policy had. Needs root. Prints the policy.\n"
     "The tenant's file (DIR/tenants/TENANT) becomes root's, writable by its group, so that its\n"
     "processes cannot delete it to start again from zero usage: run them as members of that group.\n"
+    "After a reboot `slicectl prepare` (libslice-prepare.service) makes it again, before they start.\n"
     "\n"
     "  --memory Q|P%|none     VRAM cap on every GPU: bytes (1073741824), a quantity (512Mi, 4Gi,\n"
     "                         1.5Gi, 4G = 4*10^9), or a percentage of the GPU (25%); none removes\n"
@@ -77,13 +94,15 @@ const char* const kSetUsage =
     "                         (GPU-5a1c0e2f-...=8Gi); wins over --memory there; UUID=none removes it;\n"
     "                         may be given several times\n"
     "  --group GROUP          the group (name or number) whose members run the tenant's processes;\n"
-    "                         without it, only root may write the tenant's file\n"
+    "                         without it, only root may write the tenant's file (kept in the policy)\n"
+    "  --remove               remove the policy: the tenant's own limits hold again\n"
                          "  --compute P            compute share: percent of GPU time guaranteed under contention (1-100)\n"
     "  --limit P              compute limit: hard ceiling, percent of GPU time (1-100)\n"
     "  --priority high|normal|low\n"
     "                         high is served first; low only fills idle time\n"
     "  --coordinator DIR      the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"
     "                         /dev/shm/libslice)\n"
+    "  --policy-dir DIR       the policy folder (default: $SLICE_POLICY_DIR, else /etc/libslice/policy)\n"
     "\n"
     "example: sudo slicectl set inference --memory 8Gi --compute 30 --priority high\n";
 
@@ -125,7 +144,9 @@ const char* const kMetricsUsage =
     "                      for each scrape, until SIGINT or SIGTERM; :PORT or PORT listen on\n"
     "                      127.0.0.1 only (0.0.0.0:PORT: every interface); port 0 takes a free\n"
     "                      one. The first line printed is the address: listening on\n"
-    "                      http://127.0.0.1:9400/metrics. 503 while there is no coordinator.\n"
+    "                      http://127.0.0.1:9400/metrics. An idle machine (no coordinator yet)\n"
+    "                      has the GPUs' series and no tenant's; 503 while the coordinator\n"
+    "                      cannot be read.\n"
     "  --coordinator DIR   the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"
     "                      /dev/shm/libslice)\n"
     "\n"
@@ -133,12 +154,13 @@ const char* const kMetricsUsage =
     "be read, 2 wrong command line (a bad ADDR:PORT)\n";
 
 const char* const kUsageReportUsage =
-    "usage: slicectl usage [--since TIME] [--csv] [--coordinator DIR]\n"
+    "usage: slicectl usage [--since TIME] [--csv] [--coordinator DIR] [--archive FILE]\n"
     "Per tenant and per GPU (by UUID), what it used, to bill it by: the device time it received\n"
     "(seconds and hours, as libslice's compute scheduler measures it) and the memory it held over\n"
     "time (GiB-hours, and byte-seconds: 1 GiB held for an hour is 1 GiB-hour). A process's memory\n"
-    "counts while it lives. Each tenant's record begins with its first process and is kept after\n"
-    "its processes exit, until slicectl rm removes the tenant. FROM and TO say the period covered.\n"
+    "counts while it lives. Each tenant's live record begins with its first process and is kept\n"
+    "after its processes exit, until a reboot or slicectl rm; the records slicectl archive copied\n"
+    "into the usage archive before that are added to it. FROM and TO say the period covered.\n"
     "\n"
     "  --since TIME       only what was used from TIME on, instead of since the record began.\n"
     "                     TIME is a UTC date or date and time, with an optional Z or UTC\n"
@@ -151,17 +173,37 @@ const char* const kUsageReportUsage =
     "                     tenant,gpu_uuid,gpu_name,from,to,device_seconds,device_hours,\n"
     "                     memory_gib_hours,memory_byte_seconds,live_processes\n"
     "                     (times in UTC, ISO 8601; a tenant that never used a GPU has one row\n"
-    "                     with gpu_uuid empty)\n" SLICECTL_COORDINATOR_HELP;
+    "                     with gpu_uuid empty)\n" SLICECTL_COORDINATOR_HELP SLICECTL_ARCHIVE_HELP;
+
+const char* const kArchiveUsage =
+    "usage: slicectl archive [--coordinator DIR] [--archive FILE]\n"
+    "Copies every tenant's live usage record (its totals now and its hourly samples) into the usage\n"
+    "archive, which outlasts reboots and slicectl rm; slicectl usage reads both. Running it again\n"
+    "is harmless. libslice-archive.timer runs it every 5 minutes and libslice-prepare.service as the\n"
+    "machine stops: a crash loses at most what was used since the last run. Needs write access to\n"
+    "FILE's folder (root, for /var/lib/libslice).\n"
+    "\n" SLICECTL_COORDINATOR_HELP SLICECTL_ARCHIVE_HELP;
+
+const char* const kPrepareUsage =
+    "usage: slicectl prepare [--coordinator DIR] [--policy-dir DIR]\n"
+    "As root, before any GPU process (libslice-prepare.service runs it at boot): makes the\n"
+    "coordinator folder (root's, shared and sticky), the policy folder (root's), and for every tenant\n"
+    "that a policy manages its live file, root's and writable by the policy's group. Without that file\n"
+    "a managed tenant's processes refuse to start: they may not make it themselves, or they could\n"
+    "delete it and start again from zero usage. Running it again is harmless.\n"
+    "\n" SLICECTL_COORDINATOR_HELP;
 
 const char* const kRmUsage =
-    "usage: slicectl rm TENANT [--force] [--coordinator DIR]\n"
-    "Removes TENANT's file from the coordinator, and with it its usage record: slicectl status and\n"
-    "usage no longer list it, and its next process starts a new record. Refused while any process\n"
-    "of the tenant is alive. Needs write access to the tenant's file and the right to remove it\n"
-    "(root, or the file's owner). An administrator's policy for the tenant is kept.\n"
+    "usage: slicectl rm TENANT [--force] [--coordinator DIR] [--archive FILE]\n"
+    "Removes TENANT's file from the coordinator: slicectl status no longer lists it, and its next\n"
+    "process starts a new usage record. Its live record is archived first (slicectl archive), so\n"
+    "that slicectl usage still reports it; where it cannot be archived, nothing is removed. Refused\n"
+    "while any process of the tenant is alive. Needs write access to the tenant's file and the right\n"
+    "to remove it (root, or the file's owner). An administrator's policy for the tenant is kept.\n"
     "\n"
-    "  --force            remove it even with dead processes not yet reaped (never with a live one)\n"
-    SLICECTL_COORDINATOR_HELP;
+    "  --force            remove it even with dead processes not yet reaped (never with a live one),\n"
+    "                     and even when its record cannot be archived\n"
+    SLICECTL_COORDINATOR_HELP SLICECTL_ARCHIVE_HELP;
 
 const char* usage_of(std::string_view subcommand) {
   if (subcommand == "status") return kStatusUsage;
@@ -171,6 +213,8 @@ const char* usage_of(std::string_view subcommand) {
   if (subcommand == "rm") return kRmUsage;
   if (subcommand == "top") return kTopUsage;
   if (subcommand == "metrics") return kMetricsUsage;
+  if (subcommand == "archive") return kArchiveUsage;
+  if (subcommand == "prepare") return kPrepareUsage;
   return kMainUsage;
 }
 

@@ -1,6 +1,6 @@
 // slicectl usage [--since TIME] [--csv]: per tenant and per GPU the device time received and the
-// memory held over time, from each tenant's usage record (usage_history.h), as a table or as CSV,
-// for chargeback.
+// memory held over time, from each tenant's live usage record (usage_history.h) and the archived
+// ones (usage_archive.h), as a table or as CSV, for chargeback.
 #include <algorithm>
 #include <cstdio>
 #include <optional>
@@ -8,7 +8,10 @@
 #include "cli.h"
 #include "commands.h"
 #include "coordinator_view.h"
+#include "status_model.h"
 #include "text_table.h"
+#include "usage_archive.h"
+#include "usage_series.h"
 #include "usage_history.h"
 #include "usage_meter.h"
 #include "usage_time.h"
@@ -30,23 +33,15 @@ struct UsageRow {
   bool history_short = false;  // --since asked for more than the record's samples reach back
 };
 
-UsageRow row_of(const slice::TenantView& t, const slice::TenantGpuView& g, std::optional<std::uint64_t> since) {
-  UsageRow r{t.name, g.uuid, g.name};
-  r.live_processes = t.processes.size();
-  const slice::UsagePoint now = g.usage_now(t.read_wall_ms);
-  r.to_ms = now.wall_ms;
-  const std::uint64_t started = g.usage_started_ms;
-  slice::UsagePoint start{started, 0, 0};  // the record starts from nothing
-  if (started == 0) start.wall_ms = since.value_or(now.wall_ms);  // nothing recorded yet
-  if (since && started != 0 && *since > started) {
-    start = slice::usage_at(g.usage_samples, now, *since);
-    const std::uint64_t oldest = g.usage_samples.empty() ? now.wall_ms : g.usage_samples.front().wall_ms;
-    r.history_short = *since < oldest;
-    start.wall_ms = std::max(*since, oldest);
-  }
-  r.from_ms = std::min(start.wall_ms, now.wall_ms);
-  r.device_seconds = now.device_ns > start.device_ns ? static_cast<double>(now.device_ns - start.device_ns) / 1e9 : 0;
-  r.memory_byte_seconds = std::max(0.0, now.memory_byte_seconds - start.memory_byte_seconds);
+UsageRow row_of(const UsageSeries& series, std::optional<std::uint64_t> since) {
+  UsageRow r{series.tenant, series.uuid, series.gpu_name};
+  r.live_processes = series.live_processes;
+  const UsageOver u = usage_over(series, since);
+  r.from_ms = u.from_ms;
+  r.to_ms = u.to_ms;
+  r.device_seconds = u.device_seconds;
+  r.memory_byte_seconds = u.memory_byte_seconds;
+  r.history_short = u.history_short;
   return r;
 }
 
@@ -82,7 +77,9 @@ void print_table(const std::string& dir, const std::vector<UsageRow>& rows, std:
     return;
   }
   const std::string from = since ? "from " + slice::utc_text(*since) : "from the start of each tenant's record";
-  std::printf("usage at %s, %s to %s\n", shown(dir, 200).c_str(), from.c_str(), slice::utc_text(rows.front().to_ms).c_str());
+  std::uint64_t to = 0;
+  for (const UsageRow& r : rows) to = std::max(to, r.to_ms);
+  std::printf("usage at %s, %s to %s\n", shown(dir, 200).c_str(), from.c_str(), slice::utc_text(to).c_str());
   using A = TextTable::Align;
   TextTable table({A::left, A::left, A::left, A::left, A::right, A::right, A::right, A::right, A::right});
   table.add({"TENANT", "GPU", "NAME", "FROM", "DEVICE-SECONDS", "DEVICE-HOURS", "MEMORY-GiB-HOURS",
@@ -115,6 +112,7 @@ void print_table(const std::string& dir, const std::vector<UsageRow>& rows, std:
 int run_usage(std::vector<std::string> argv) {
   ArgReader args(std::move(argv));
   CommonOptions common;
+  ArchiveOption archive;
   bool csv = false;
   std::optional<std::uint64_t> since;
   std::string value;
@@ -125,31 +123,39 @@ int run_usage(std::vector<std::string> argv) {
       const auto at = slice::parse_since(value, slice::wall_clock_ms());
       if (!at) invalid_option("--since", value, at.reason, "2026-11-30T14:00Z, or 24h");
       since = *at.value;
-    } else if (!common.read(args)) {
+    } else if (!common.read(args) && !archive.read(args)) {
       unknown_option(args.peek());
     }
   }
   const std::string& dir = common.coordinator;
-  require_coordinator(dir);
-  std::string error;
-  const std::vector<slice::TenantView> tenants = slice::read_coordinator(dir, error);
-  if (!error.empty()) fail(error);
-  std::vector<UsageRow> rows;
+  const std::vector<slice::TenantView> tenants = read_live_tenants(common);
   std::vector<std::string> warnings;
+  // What was archived before (a reboot, slicectl rm), then the live records.
+  std::vector<ArchivedRecord> archived;
+  std::string error;
+  if (auto store = UsageArchive::open_for_reading(archive.path, error); store) {
+    if (!store->load(archived, error)) warnings.push_back(error + ": only the live records are reported");
+  } else if (!error.empty()) {
+    warnings.push_back(error + ": only the live records are reported");
+  }
+  std::vector<UsageRow> rows;
+  for (const UsageSeries& series : usage_series(tenants, archived)) rows.push_back(row_of(series, since));
   for (const slice::TenantView& t : tenants) {
     if (!t.readable) {
       warnings.push_back("tenant '" + t.name + "' cannot be read: " + t.problem);
       continue;
     }
-    if (t.gpus.empty()) {
+    bool recorded = false;
+    for (const slice::TenantGpuView& g : t.gpus) recorded = recorded || g.usage_started_ms != 0;
+    if (!recorded) {
       UsageRow r;
       r.tenant = t.name;
       r.from_ms = r.to_ms = t.read_wall_ms;
       r.live_processes = t.processes.size();
       rows.push_back(r);
     }
-    for (const slice::TenantGpuView& g : t.gpus) rows.push_back(row_of(t, g, since));
   }
+  std::stable_sort(rows.begin(), rows.end(), [](const UsageRow& a, const UsageRow& b) { return a.tenant < b.tenant; });
   if (csv) print_csv(rows);
   else print_table(dir, rows, since);
   std::fflush(stdout);

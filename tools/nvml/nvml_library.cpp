@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 
-namespace slice::k8s {
+namespace slice {
 namespace {
 
 // The few NVML entry points used here, with NVML's documented C signatures (nvml.h is not
@@ -116,4 +116,4 @@ bool NvmlLibrary::healthy(const std::string& uuid, std::string& why) {
   return false;
 }
 
-}  // namespace slice::k8s
+}  // namespace slice

@@ -1,4 +1,4 @@
-// NVML, loaded at run time with dlopen: the device plugin and slice-cdi-gen link nothing of the
+// NVML, loaded at run time with dlopen: slicectl, the device plugin and slice-cdi-gen link nothing of the
 // NVIDIA driver, so one binary runs on every node (and on the simulated GPU's libnvidia-ml.so.1).
 #pragma once
 
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace slice::k8s {
+namespace slice {
 
 struct GpuInfo {
   unsigned index = 0;        // NVML's index on this node
@@ -39,4 +39,4 @@ class NvmlLibrary {
   std::string error_text(int code) const;
 };
 
-}  // namespace slice::k8s
+}  // namespace slice
