@@ -20,7 +20,16 @@ done
 packages=(cmake g++ make python3 python3-venv libgtest-dev libspdlog-dev libfmt-dev libunwind-dev
           clang "$fuzzer_runtime"
           # Kubernetes: slice-device-plugin (gRPC, protobuf) and the manifests' test (YAML).
-          libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config python3-yaml)
+          libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config python3-yaml
+          # slicectl metrics as its consumers read it: prometheus and promtool (one package on
+          # Debian 12) for tests/slicectl/prometheus_grafana_test.py, which starts its own server on
+          # 127.0.0.1. On a machine with systemd the package also enables a prometheus service
+          # (port 9090): `systemctl disable --now prometheus` if it is not wanted.
+          prometheus
+          # The Debian packages (cpack -G DEB; packaging/): dpkg-shlibdeps (dpkg-dev) computes their
+          # Depends and CPack reads the binaries with file; lintian checks them in the deb_packages
+          # test, which is skipped without these.
+          dpkg-dev file lintian)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -36,7 +36,8 @@ const char kUsage[] =
     "  --coordinator DIR SLICE_COORDINATOR_DIR: the coordinator folder (an absolute path)\n"
     "  --help            this text\n"
     "\n"
-    "libslice.so is looked for next to this program (../lib/libslice.so), or where LIBSLICE_PATH says.\n"
+    "libslice.so is looked for where LIBSLICE_PATH says, else beside this program: where the installed\n"
+    "layout puts it (" SLICE_INSTALLED_LIBRARY "), then ../lib/libslice.so (the build folder).\n"
     "Exit status: CMD's own; 2 for a wrong command line or an invalid SLICE_* variable in the\n"
     "environment, 1 when libslice.so is missing, 127 when CMD cannot be run.\n\n";
 
@@ -52,14 +53,30 @@ void check(const char* option, const std::string& value, const Result& r, const 
                 "; example: " + option + " " + example);
 }
 
-std::string libslice_path() {
-  if (const char* p = std::getenv("LIBSLICE_PATH"); p && *p) return p;
+// The library to preload: LIBSLICE_PATH when set; otherwise the first that exists, relative to
+// this program, of the installed layout's private folder (SLICE_INSTALLED_LIBRARY, from
+// GNUInstallDirs: ../lib/libslice/libslice.so, or ../lib/<multiarch>/libslice/libslice.so) and the
+// build folder's ../lib/libslice.so (also bin/ and lib/ copied side by side). `tried` says where
+// it looked, for the error when none is there.
+std::string libslice_path(std::string& tried) {
+  if (const char* p = std::getenv("LIBSLICE_PATH"); p && *p) {
+    tried = "'" + slice::printable(p, 300) + "'";
+    return p;
+  }
   char self[PATH_MAX];
   const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return "";
   std::string dir(self, static_cast<std::size_t>(n));
   dir = dir.substr(0, dir.rfind('/'));
-  return dir + "/../lib/libslice.so";
+  for (const char* relative : {SLICE_INSTALLED_LIBRARY, "../lib/libslice.so"}) {
+    const std::string candidate = dir + "/" + relative;
+    if (access(candidate.c_str(), R_OK) == 0) {
+      char resolved[PATH_MAX];  // /usr/lib/libslice/libslice.so rather than /usr/bin/../lib/...
+      return realpath(candidate.c_str(), resolved) ? std::string(resolved) : candidate;
+    }
+    tried += (tried.empty() ? "'" : " or '") + slice::printable(candidate, 300) + "'";
+  }
+  return "";
 }
 
 }  // namespace
@@ -109,10 +126,10 @@ int main(int argc, char** argv) {
   }
   if (i >= argc) usage_error("which command? example: slice-run --memory 4Gi -- python3 serve.py");
 
-  const std::string library = libslice_path();
+  std::string tried;
+  const std::string library = libslice_path(tried);
   if (library.empty() || access(library.c_str(), R_OK) != 0) {
-    std::fprintf(stderr, "slice-run: libslice.so not found at '%s' (build it, or set LIBSLICE_PATH)\n",
-                 slice::printable(library, 300).c_str());
+    std::fprintf(stderr, "slice-run: libslice.so not found at %s (build it, or set LIBSLICE_PATH)\n", tried.c_str());
     return kExitFailure;
   }
   for (const Setting& s : settings) setenv(s.variable, s.value.c_str(), 1);

@@ -6,8 +6,25 @@
 
 #include "variables_doc.h"
 
+namespace {
+
+const char kUsage[] =
+    "usage: slice-vars --markdown | --help-text\n"
+    "Prints the documentation of libslice's SLICE_* variables, from the table libslice parses.\n"
+    "\n"
+    "  --markdown   the variables as a Markdown table (the one in libslice's configuration.md)\n"
+    "  --help-text  the same as plain text (the block that slice-run --help prints)\n"
+    "  --help       this text\n"
+    "Exit status: 0 done, 2 a wrong command line.\n";
+
+}  // namespace
+
 int main(int argc, char** argv) {
   const std::string_view mode = argc == 2 ? argv[1] : "";
+  if (mode == "--help" || mode == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
   if (mode == "--markdown") {
     std::fputs(slice::variables_markdown().c_str(), stdout);
     return 0;
@@ -16,6 +33,6 @@ int main(int argc, char** argv) {
     std::fputs(slice::variables_help_text().c_str(), stdout);
     return 0;
   }
-  std::fputs("usage: slice-vars --markdown | --help-text\n", stderr);
+  std::fputs(kUsage, stderr);
   return 2;
 }
