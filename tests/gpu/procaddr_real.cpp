@@ -2,13 +2,21 @@
 // (tests/data/cudart13-procaddr-lookups.tsv) against the installed driver, and records whether the
 // driver hands out exactly its exported symbol for each (libslice substitutes its wrapper only for
 // the very function the driver answered). An answer that is another export's address (a sibling ABI:
-// _v2 for the plain name, _ptsz for the default-stream one) is wrong; one at an address no export
+// _v2 or _v3 for the plain name, _ptsz or _ptds for the default-stream one, or the name without its
+// suffix; each row's name is looked up in all these spellings) is wrong; one at an address no export
 // has is counted apart. Exit status 0 when every row resolves to the recorded export (or is not
 // found where recorded so).
+// Usage: procaddr_real LOOKUPS.tsv [--answers FILE]
+//   --answers: writes the driver's own answer to each row (symbol, version, flags, then the answer's
+//   offset from libcuda's load address in hex, or NULL), for tests/shim/procaddr_replay.cpp
+//   --driver-answers, which compares the rows libslice leaves to the driver with these.
 #include <cuda.h>
 #include <dlfcn.h>
+#include <link.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -19,9 +27,42 @@
 using GetProcV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 using Init = CUresult (*)(unsigned);
 
+namespace {
+
+// The export's name without an ABI suffix (_v2, _v3..., _ptsz, _ptds, in any order).
+std::string base_name(std::string name) {
+  for (bool cut = true; cut;) {
+    cut = false;
+    for (const char* suffix : {"_ptsz", "_ptds"}) {
+      const std::size_t n = std::strlen(suffix);
+      if (name.size() > n && name.compare(name.size() - n, n, suffix) == 0) name.resize(name.size() - n), cut = true;
+    }
+    const std::size_t v = name.rfind("_v");
+    if (v != std::string::npos && v + 2 < name.size() &&
+        name.find_first_not_of("0123456789", v + 2) == std::string::npos)
+      name.resize(v), cut = true;
+  }
+  return name;
+}
+
+// Every spelling of a sibling ABI of `name`.
+std::vector<std::string> siblings(const std::string& name) {
+  const std::string base = base_name(name);
+  std::vector<std::string> out;
+  for (const char* version : {"", "_v2", "_v3", "_v4"}) {
+    for (const char* stream : {"", "_ptsz", "_ptds"}) out.push_back(base + version + stream);
+  }
+  for (const char* suffix : {"_v2", "_v3", "_ptsz", "_ptds"}) out.push_back(name + suffix);
+  return out;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: procaddr_real LOOKUPS.tsv\n");
+  const char* answers_path = nullptr;
+  if (argc == 4 && std::strcmp(argv[2], "--answers") == 0) answers_path = argv[3];
+  else if (argc != 2) {
+    std::fprintf(stderr, "usage: procaddr_real LOOKUPS.tsv [--answers FILE]\n");
     return 2;
   }
   void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -44,8 +85,24 @@ int main(int argc, char** argv) {
       const std::size_t tab = row.rfind('\t');
       if (tab == std::string::npos || row[0] == '#') continue;
       const std::string name = row.substr(tab + 1);
-      if (void* a = dlsym(lib, name.c_str())) exports[a] = name;
+      if (name == "NOT FOUND") continue;
+      if (void* a = dlsym(lib, name.c_str())) exports.emplace(a, name);
+      for (const std::string& other : siblings(name)) {
+        if (void* a = dlsym(lib, other.c_str())) exports.emplace(a, other);
+      }
     }
+  }
+  // Where libcuda is loaded: answers are written as offsets from it, which another process (with
+  // the library at another address) can compare.
+  struct link_map* map = nullptr;
+  if (dlinfo(lib, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) {
+    std::printf("procaddr_real: dlinfo(libcuda) failed\n");
+    return 1;
+  }
+  std::FILE* answers = answers_path ? std::fopen(answers_path, "w") : nullptr;
+  if (answers_path && !answers) {
+    std::printf("procaddr_real: cannot write %s\n", answers_path);
+    return 1;
   }
   std::ifstream in(argv[1]);
   std::string line;
@@ -62,6 +119,13 @@ int main(int argc, char** argv) {
     void* p = nullptr;
     CUdriverProcAddressQueryResult status{};
     CUresult r = get(symbol.c_str(), &p, std::stoi(version), std::stoull(flags), &status);
+    if (answers) {
+      if (r == CUDA_SUCCESS && p)
+        std::fprintf(answers, "%s\t%s\t%s\t%lx\n", symbol.c_str(), version.c_str(), flags.c_str(),
+                     static_cast<unsigned long>(reinterpret_cast<std::uintptr_t>(p) - map->l_addr));
+      else
+        std::fprintf(answers, "%s\t%s\t%s\tNULL\n", symbol.c_str(), version.c_str(), flags.c_str());
+    }
     if (expected == "NOT FOUND") {
       if (r == CUDA_SUCCESS && p) {
         ++wrong;
@@ -97,6 +161,7 @@ int main(int argc, char** argv) {
     std::printf("procaddr_real: %s@%d -> CUresult %d, pfn %s, status %d\n", name, version, static_cast<int>(r),
                 p ? "set" : "NULL", static_cast<int>(status));
   }
+  if (answers) std::fclose(answers);
   std::printf("procaddr_real: %d rows, %d at the exported address, %d at another address, %d wrong\n", rows, same,
               other_address, wrong);
   return wrong == 0 && rows >= 400 ? 0 : 1;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """tests/gpu/run.sh's summary: reads the checks' results (results.tsv: name, status, seconds, detail)
 and the figures (figures.tsv: section, name, value, unit), prints one table, and writes summary.json.
-Usage: summarize.py OUT_DIR MODE   (MODE: gpu or dry-run)"""
+Usage: summarize.py OUT_DIR MODE [ELAPSED_S BUDGET_S]   (MODE: gpu or dry-run)
+Exit status: 1 when a check failed or timed out, else 0."""
 import json
 import os
 import sys
@@ -19,6 +20,8 @@ def read_tsv(path, fields):
 
 def main():
     out, mode = sys.argv[1], sys.argv[2]
+    elapsed = float(sys.argv[3]) if len(sys.argv) > 3 else None
+    budget = float(sys.argv[4]) if len(sys.argv) > 4 else None
     results = [{"check": n, "status": s, "seconds": float(t or 0), "detail": d}
                for n, s, t, d in read_tsv(os.path.join(out, "results.tsv"), 4)]
     figures = [{"section": s, "name": n, "value": v, "unit": u}
@@ -27,7 +30,7 @@ def main():
     print(f"== tests/gpu summary ({mode}) ==")
     print(f"{'check':<34} {'result':<7} {'seconds':>7}  detail")
     for r in results:
-        print(f"{r['check']:<34} {r['status']:<7} {r['seconds']:>7.1f}  {r['detail'][:90]}")
+        print(f"{r['check']:<34} {r['status']:<7} {r['seconds']:>7.1f}  {r['detail'][:100]}")
     if figures:
         print()
         print(f"{'figure':<44} {'value':>12}  unit")
@@ -38,9 +41,11 @@ def main():
                 print(f"[{section}]")
             print(f"  {f['name']:<42} {f['value']:>12}  {f['unit']}")
     failed = counts["FAIL"] + counts["TIMEOUT"]
-    print(f"\n{counts['PASS']} passed, {counts['FAIL']} failed, {counts['TIMEOUT']} timed out, {counts['SKIP']} skipped")
+    print(f"\n{counts['PASS']} passed, {counts['FAIL']} failed, {counts['TIMEOUT']} timed out, {counts['SKIP']} skipped"
+          + (f" in {elapsed:.0f} s" if elapsed is not None else ""))
     with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump({"mode": mode, "counts": counts, "checks": results, "figures": figures}, f, indent=1)
+        json.dump({"mode": mode, "ok": failed == 0, "counts": counts, "elapsed_s": elapsed, "budget_s": budget,
+                   "checks": results, "figures": figures}, f, indent=1)
     return 1 if failed else 0
 
 

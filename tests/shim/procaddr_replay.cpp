@@ -3,21 +3,35 @@
 // dlsym(cuGetProcAddress_v2), then one look-up per row. Run under LD_PRELOAD=libslice.so with the
 // simulator on LD_LIBRARY_PATH. A hooked export must come back as libslice's wrapper of exactly
 // that export, every other one as the driver's own, NOT FOUND rows as not found.
-// Usage: shim_procaddr_replay LIBSLICE_PATH TSV
+// Usage: shim_procaddr_replay [--driver-answers FILE] LIBSLICE_PATH TSV
+//   The driver's own answer is dlsym(driver, export), which is what the simulator hands out. A real
+//   driver may answer at another address (an internal entry point): --driver-answers takes what it
+//   answered without libslice (tests/gpu/procaddr_real.cpp --answers: each row's answer as an offset
+//   from libcuda's load address, or NULL) and compares the rows left to the driver with that instead.
 #define __CUDA_API_VERSION_INTERNAL 1
 #include <cuda.h>  // types only: nothing CUDA is linked
 #include <dlfcn.h>
+#include <link.h>
 
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
 #include "hook_names.h"
 
 int main(int argc, char** argv) {
+  const char* answers_path = nullptr;
+  if (argc == 5 && std::strcmp(argv[1], "--driver-answers") == 0) {
+    answers_path = argv[2];
+    argv += 2;
+    argc -= 2;
+  }
   if (argc != 3) {
-    std::fprintf(stderr, "usage: %s LIBSLICE_PATH TSV\n", argv[0]);
+    std::fprintf(stderr, "usage: %s [--driver-answers FILE] LIBSLICE_PATH TSV\n", argv[0]);
     return 2;
   }
   void* slice = dlopen(argv[1], RTLD_NOW | RTLD_NOLOAD);
@@ -38,6 +52,23 @@ int main(int argc, char** argv) {
   }
   // The driver's own exports, asked of the simulator's handle (non-hooked names pass straight to glibc).
   void* sim = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  // Or the driver's own answers recorded without libslice: "symbol\tversion\tflags" -> offset or NULL.
+  std::map<std::string, std::string> recorded;
+  std::uintptr_t driver_base = 0;
+  if (answers_path != nullptr) {
+    std::ifstream answers(answers_path);
+    std::string row;
+    while (std::getline(answers, row)) {
+      const std::size_t tab = row.rfind('\t');
+      if (tab != std::string::npos) recorded[row.substr(0, tab)] = row.substr(tab + 1);
+    }
+    struct link_map* map = nullptr;
+    if (recorded.empty() || dlinfo(driver, RTLD_DI_LINKMAP, &map) != 0 || map == nullptr) {
+      std::fprintf(stderr, "no driver answers in %s, or no link map of libcuda\n", answers_path);
+      return 1;
+    }
+    driver_base = map->l_addr;
+  }
 
   std::ifstream tsv(argv[2]);
   std::string line;
@@ -63,6 +94,18 @@ int main(int argc, char** argv) {
       kind = "libslice's wrapper";
       want = dlsym(slice, expected.c_str());
       ++hooked;
+    } else if (answers_path != nullptr) {
+      kind = "the driver's own answer";
+      const auto answer = recorded.find(symbol + "\t" + version + "\t" + flags);
+      if (answer == recorded.end()) {
+        ++failures;
+        std::fprintf(stderr, "row %d: %s %s %s: not in %s\n", rows, symbol.c_str(), version.c_str(), flags.c_str(),
+                     answers_path);
+        continue;
+      }
+      if (answer->second != "NULL")
+        want = reinterpret_cast<void*>(driver_base + std::stoul(answer->second, nullptr, 16));
+      ++driver_own;
     } else {
       kind = "the driver's own";
       want = dlsym(sim, expected.c_str());

@@ -10,9 +10,10 @@ The process holds a context (cuda-bindings: cuInit, cuDeviceGet(0), cuDevicePrim
     the same environment (LD_PRELOAD and SLICE_* included), shows the cap in MiB for that GPU;
 (c) `nvidia-smi --query-compute-apps=pid,used_memory,gpu_uuid --format=csv,noheader,nounits`, with
     the same environment and again without LD_PRELOAD: is this PID listed there?
-Passes when (a) and (b) hold. "pid_visible" in the RESULT ((c) under LD_PRELOAD) tells the
-orchestrator whether NVML sees this process under its own PID, i.e. whether libslice can measure
-and charge context memory here (docs/memory.md: not in a PID namespace).
+Passes when (a) and (b) hold, and, where nvidia-smi lists this PID without LD_PRELOAD, it lists it
+under LD_PRELOAD too (libslice shows a tenant its own processes). "pid_visible" in the RESULT ((c)
+under LD_PRELOAD) tells whether NVML sees this process under its own PID, i.e. whether libslice can
+measure and charge context memory here (docs/memory.md: not in a PID namespace).
 """
 import os
 import subprocess
@@ -31,9 +32,15 @@ def call(driver, name, *args):
 
 
 def smi(fields_args, env):
-    """Run nvidia-smi; (returncode, stdout lines, stderr)."""
-    out = subprocess.run(["nvidia-smi"] + fields_args, env=env, capture_output=True, text=True,
-                         timeout=30)
+    """Run nvidia-smi (found on the PATH: tests/gpu/run.sh puts its folder there); (returncode,
+    stdout lines, stderr). Not found, or not runnable: returncode 127 and the reason."""
+    try:
+        out = subprocess.run(["nvidia-smi"] + fields_args, env=env, capture_output=True, text=True,
+                             timeout=30)
+    except FileNotFoundError as e:
+        return 127, [], f"nvidia-smi is not on the PATH: {e}"
+    except (OSError, subprocess.SubprocessError) as e:
+        return 127, [], f"nvidia-smi could not run: {type(e).__name__}: {e}"
     return out.returncode, [l.strip() for l in out.stdout.splitlines() if l.strip()], out.stderr.strip()
 
 
@@ -130,6 +137,9 @@ def body(args, data):
         cc.expect(total == cap, f"cuMemGetInfo total {total} is not the cap {cap}")
         cc.expect(mem.total == cap, f"(a) nvmlDeviceGetMemoryInfo total {mem.total} is not the cap {cap}")
         cc.expect(mem.free <= cap, f"(a) nvmlDeviceGetMemoryInfo free {mem.free} is more than the cap")
+        cc.expect(not data["pid_visible_without_preload"] or data["pid_visible"],
+                  f"(c) nvidia-smi lists this PID {pid} without LD_PRELOAD but not under it: "
+                  "libslice hides its own tenant's process")
         cc.expect(smi_mib is not None, f"(b) nvidia-smi has no line for {uuid}: {lines}")
         cc.expect(abs(smi_mib - cap // cc.MiB) <= 1,
                   f"(b) nvidia-smi shows {smi_mib} MiB for {uuid}, the cap is {cap // cc.MiB} MiB")

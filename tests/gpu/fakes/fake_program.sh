@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Stand-ins for the GPU programs of tests/gpu/run.sh, for its dry run: run.sh --dry-run links each
+# program's name (preflight, spin_share, driver_cap, nvidia-smi, slicectl...) to this script and runs
+# its whole GPU path on them, so that a mistake in the orchestration (a variable, a path, a file a
+# judgement reads, an argument) shows without a GPU. They print what the real programs print, in the
+# shapes run.sh reads, and behave as a working libslice would (shares followed, priority helping).
+# Nothing here measures anything. FAKE_UNDER=1 in the environment stands for LD_PRELOAD=libslice.so;
+# FAKE_NO_GPU=1 makes the preflight find no GPU.
+set -u
+me=$(basename "$0")
+uuid=GPU-00000000-1111-2222-3333-444444444444
+card_mib=143771
+now_ns() { date +%s%N; }
+case $me in
+  preflight)
+    [ "${FAKE_NO_GPU:-0}" = 1 ] && { echo "preflight=NO-GPU no libcuda.so.1 (stand-in)"; exit 3; }
+    total=$((card_mib << 20))
+    [ "${FAKE_UNDER:-0}" = 1 ] && [[ ${SLICE_MEMORY_LIMIT:-} =~ ^[0-9]+$ ]] && total=$SLICE_MEMORY_LIMIT
+    printf 'driver_version=13000\ndevices=1\ndevice0=FAKE H200|%s|sm_90\nfree_bytes=%s\ntotal_bytes=%s\npreflight=ok\n' \
+      "$uuid" "$total" "$total" ;;
+  spin_share)
+    [ "${1:-}" = --parse-only ] && shift
+    case ${1:-} in
+      busy)
+        start=$3 seconds=$4 share=${SLICE_COMPUTE_SHARE:-100}
+        if [ "$start" != 0 ]; then
+          left=$(((start - $(now_ns)) / 1000000))
+          [ $left -gt 0 ] && sleep "$((left / 1000)).$(printf %03d $((left % 1000)))"
+          late=$((($(now_ns) - start) / 1000000))
+        else
+          late=0
+        fi
+        echo "late_ms=$late"
+        [ $late -le 50 ] || { echo "error=late: began measuring $late ms after the common start"; exit 5; }
+        # Long enough to be listed by the stand-in nvidia-smi (a held process), else short.
+        if [ "$start" = 0 ] && [ "${seconds%.*}" -ge 4 ]; then sleep 0.3; else sleep 0.05; fi
+        awk -v s="$seconds" -v p="$share" 'BEGIN {printf "kernels=1000\ndevice_s=%.4f\nwindow_s=%.3f\ncpu_user_s=0.5\ncpu_sys_s=0.2\n", s * p / 100, s}' ;;
+      serve)
+        case ${SLICE_PRIORITY:-} in high) p99=1200 ;; normal) p99=5000 ;; *) p99=1100 ;; esac
+        printf 'p50_us=1050\np99_us=%s\nmax_us=%s\ncpu_user_s=0.1\ncpu_sys_s=0.1\n' $p99 $p99 ;;
+      *) echo "fake spin_share: bad arguments: $*" >&2; exit 2 ;;
+    esac ;;
+  driver_cap)
+    if [ "${1:-}" = --probe ]; then
+      for k in alloc pitch array async pool vmm managed graph ipc; do echo "probe $k: ok"; done
+      echo "unsupported="
+    else
+      [ $# = 4 ] && [ "$3" = --unsupported ] || { echo "fake driver_cap: bad arguments: $*"; exit 2; }
+      sleep 0.3
+      echo "cuMemGetInfo: total $(($1 >> 20)) MiB"
+      echo PASS
+    fi ;;
+  procaddr_real)
+    [ "${2:-}" = --answers ] && printf 'cuInit\t2000\t0\t25880\n' > "$3"
+    echo "procaddr_real: 440 rows, 440 at the exported address, 0 at another address, 0 wrong" ;;
+  procaddr_replay)
+    echo "440 rows: 74 libslice wrappers, 336 driver's own, 30 not found; 0 failures" ;;
+  runtime_cap)
+    for f in cuLaunchKernel cuLaunchKernelEx cuGraphLaunch; do
+      echo "libslice[$$] trace: cuGetProcAddress: $f (12000, 0) -> $f, libslice's wrapper"
+    done >> "${SLICE_LOG_FILE:-/dev/stderr}"
+    echo "libslice[$$] trace: cuGetProcAddress: cuLaunchHostFunc (10000, 0) -> cuLaunchHostFunc, the driver's" >> "${SLICE_LOG_FILE:-/dev/stderr}"
+    echo PASS ;;
+  capture_threads) echo "captures_ok=3"; echo "replays_ok=3"; echo PASS ;;
+  bench_calls) printf 'launch_ns=2000\nalloc_free_ns=5000\n' ;;
+  nvidia-smi)
+    case "$*" in
+      -L) echo "GPU 0: FAKE H200 (UUID: $uuid)" ;;
+      *--query-gpu=compute_cap*) echo 9.0 ;;
+      *--query-gpu=uuid,memory.total*) echo "$uuid, $card_mib" ;;
+      *--query-compute-apps=pid,used_memory*)
+        for p in $(pgrep -f '/driver_cap ' || true); do echo "$p, 4000"; done ;;
+      *--query-compute-apps=pid*) pgrep -f '/spin_share ' || true ;;
+      *) echo "fake nvidia-smi: $*" >&2; exit 2 ;;
+    esac ;;
+  slicectl)
+    printf '{"devices":[{"index":0,"uuid":"%s","name":"FAKE H200","total_bytes":%s,"used_bytes":0,"tenants":[{"name":"torch-graph","device_seconds_total":1.5}]}],"coordinator":"","idle":false,"warnings":[]}\n' \
+      "$uuid" $((card_mib << 20)) ;;
+  slice-device-plugin)
+    total=$((card_mib << 20))
+    per=$((total / 4 >> 20 << 20))
+    echo "GPU 0 $uuid FAKE H200: $total bytes, 4 slices of $per bytes and 25%"
+    for k in 0 1 2 3; do echo "  $uuid::$k"; done ;;
+  *) echo "fake_program.sh: no stand-in for $me" >&2; exit 2 ;;
+esac
