@@ -5,6 +5,8 @@
 #include "module_image.h"
 
 #include <gtest/gtest.h>
+#include <lz4.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -542,6 +544,175 @@ TEST(ModuleImage, ZstdFrameFromReferenceEncoder) {
                     << simgpu::image_status_name(st);
             }
         }
+    }
+}
+
+// ---- entries compressed by liblz4 and libzstd ----------------------------------------------
+
+// A PTX module of `n` kernels k<i>(u64, u32) and globals g<i> of 4 * (i + 1) bytes.
+Bytes generated_ptx(int n) {
+    std::string s = ".version 8.0\n.target sm_80\n.address_size 64\n";
+    for (int i = 0; i < n; ++i) {
+        const std::string k = "k" + std::to_string(i);
+        s += ".global .align 4 .b8 g" + std::to_string(i) + "[" + std::to_string(4 * (i + 1)) + "];\n";
+        s += ".visible .entry " + k + "(.param .u64 " + k + "_param_0, .param .u32 " + k + "_param_1)\n{\n\tret;\n}\n";
+    }
+    return Bytes(s.begin(), s.end());
+}
+
+// Level 19 with the content checksum, as the zstd tool writes by default; `content_size` false
+// leaves the content size out of the frame header (as a streaming compressor does).
+Bytes zstd_compress(const Bytes& in, bool content_size) {
+    std::unique_ptr<ZSTD_CCtx, decltype(&ZSTD_freeCCtx)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_compressionLevel, 19);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_checksumFlag, 1);
+    ZSTD_CCtx_setParameter(cctx.get(), ZSTD_c_contentSizeFlag, content_size ? 1 : 0);
+    Bytes out(ZSTD_compressBound(in.size()));
+    const std::size_t n = ZSTD_compress2(cctx.get(), out.data(), out.size(), in.data(), in.size());
+    EXPECT_FALSE(ZSTD_isError(n)) << ZSTD_getErrorName(n);
+    out.resize(ZSTD_isError(n) ? 0 : n);
+    return out;
+}
+
+Bytes zstd_compress(const Bytes& in) { return zstd_compress(in, true); }
+
+Bytes lz4_compress(const Bytes& in) {
+    Bytes out(static_cast<std::size_t>(LZ4_compressBound(static_cast<int>(in.size()))));
+    const int n = LZ4_compress_default(reinterpret_cast<const char*>(in.data()), reinterpret_cast<char*>(out.data()),
+                                       static_cast<int>(in.size()), static_cast<int>(out.size()));
+    EXPECT_GT(n, 0);
+    out.resize(static_cast<std::size_t>(std::max(n, 0)));
+    return out;
+}
+
+void expect_same_module(const ModuleImage& a, const ModuleImage& b) {
+    ASSERT_EQ(a.kernels.size(), b.kernels.size());
+    for (std::size_t i = 0; i < a.kernels.size(); ++i) {
+        EXPECT_EQ(a.kernels[i].name, b.kernels[i].name);
+        EXPECT_EQ(a.kernels[i].param_sizes, b.kernels[i].param_sizes);
+        EXPECT_EQ(a.kernels[i].param_offsets, b.kernels[i].param_offsets);
+    }
+    ASSERT_EQ(a.globals.size(), b.globals.size());
+    for (std::size_t i = 0; i < a.globals.size(); ++i) {
+        EXPECT_EQ(a.globals[i].name, b.globals[i].name);
+        EXPECT_EQ(a.globals[i].size, b.globals[i].size);
+    }
+}
+
+struct Codec {
+    const char* name;
+    std::uint64_t flags;
+    Bytes (*compress)(const Bytes&);
+};
+const Codec kCodecs[] = {{"zstd", 0x8011, zstd_compress}, {"lz4", 0x2011, lz4_compress}};
+
+TEST(ModuleImage, LibraryCompressedEntriesDecodeToTheOriginal) {
+    // 2000 kernels: some 200 KB of PTX, more than one 128 KiB Zstandard block.
+    for (const int n : {1, 24, 2000}) {
+        const Bytes ptx = generated_ptx(n);
+        ModuleImage plain;
+        ASSERT_EQ(parse_sized(make_fatbin({entry(1, 80, 0x11, ptx)}), 8, 0, plain), ImageStatus::ok);
+        ASSERT_EQ(plain.kernels.size(), static_cast<std::size_t>(n));
+        for (const Codec& c : kCodecs) {
+            SCOPED_TRACE(std::string(c.name) + ", " + std::to_string(n) + " kernels");
+            const Bytes packed = c.compress(ptx);
+            ASSERT_LT(packed.size(), ptx.size() + 64);
+            ModuleImage m;
+            ASSERT_EQ(parse_sized(make_fatbin({compressed_ptx(c.flags, packed, ptx.size())}), 8, 0, m),
+                      ImageStatus::ok);
+            expect_same_module(m, plain);
+            // The exact decompressed size, and not a byte more or less.
+            EXPECT_EQ(parse_sized(make_fatbin({compressed_ptx(c.flags, packed, ptx.size() - 1)}), 8, 0, m),
+                      ImageStatus::invalid_image);
+            EXPECT_EQ(parse_sized(make_fatbin({compressed_ptx(c.flags, packed, ptx.size() + 1)}), 8, 0, m),
+                      ImageStatus::invalid_image);
+            // The compressed size covers the compressed data exactly: not a padding byte more.
+            Bytes padded = packed;
+            padded.push_back(0);
+            EXPECT_EQ(parse_sized(make_fatbin({compressed_ptx(c.flags, padded, ptx.size())}), 8, 0, m),
+                      ImageStatus::invalid_image);
+            // ...but the payload around it may be padded, as fatbinary pads it.
+            EntrySpec e = compressed_ptx(c.flags, padded, ptx.size());
+            e.compressed_size = static_cast<std::uint32_t>(packed.size());
+            ASSERT_EQ(parse_sized(make_fatbin({e}), 8, 0, m), ImageStatus::ok);
+            expect_same_module(m, plain);
+            if (c.flags & 0x8000) {
+                // Without the content size in the frame header, the entry header's size is the
+                // only one, and still exact.
+                const Bytes unsized = zstd_compress(ptx, false);
+                ASSERT_EQ(ZSTD_getFrameContentSize(unsized.data(), unsized.size()), ZSTD_CONTENTSIZE_UNKNOWN);
+                ASSERT_EQ(parse_sized(make_fatbin({compressed_ptx(c.flags, unsized, ptx.size())}), 8, 0, m),
+                          ImageStatus::ok);
+                expect_same_module(m, plain);
+                EXPECT_EQ(parse_sized(make_fatbin({compressed_ptx(c.flags, unsized, ptx.size() + 1)}), 8, 0, m),
+                          ImageStatus::invalid_image);
+                // One frame: two that together hold the content are not what fatbinary writes.
+                const auto half = static_cast<std::ptrdiff_t>(ptx.size() / 2);
+                Bytes two = zstd_compress(Bytes(ptx.begin(), ptx.begin() + half), false);
+                const Bytes second = zstd_compress(Bytes(ptx.begin() + half, ptx.end()), false);
+                two.insert(two.end(), second.begin(), second.end());
+                EXPECT_EQ(parse_sized(make_fatbin({compressed_ptx(c.flags, two, ptx.size())}), 8, 0, m),
+                          ImageStatus::invalid_image);
+            }
+            // The other format's flag.
+            EXPECT_EQ(parse_sized(make_fatbin({compressed_ptx(c.flags ^ 0xA000, packed, ptx.size())}), 8, 0, m),
+                      ImageStatus::invalid_image);
+        }
+    }
+}
+
+TEST(ModuleImage, LibraryCompressedEntriesTruncatedOrCorrupted) {
+    const Bytes ptx = generated_ptx(24);
+    ModuleImage plain;
+    ASSERT_EQ(parse_sized(make_fatbin({entry(1, 80, 0x11, ptx)}), 8, 0, plain), ImageStatus::ok);
+    for (const Codec& c : kCodecs) {
+        SCOPED_TRACE(c.name);
+        const Bytes packed = c.compress(ptx);
+        // Every truncation, the sizes saying so.
+        for (std::size_t len = 1; len < packed.size(); ++len) {
+            ModuleImage m;
+            const Bytes cut(packed.begin(), packed.begin() + static_cast<std::ptrdiff_t>(len));
+            const ImageStatus st = parse_sized(make_fatbin({compressed_ptx(c.flags, cut, ptx.size())}), 8, 0, m);
+            ASSERT_EQ(st, ImageStatus::invalid_image) << len << " bytes: " << simgpu::image_status_name(st);
+        }
+        // Every byte with one of its bits flipped. The Zstandard frame has a content checksum, so
+        // what decodes is the original (some bits carry no information); LZ4 has none, so a
+        // flipped literal gives other text, which may still parse.
+        int refused = 0;
+        for (std::size_t i = 0; i < packed.size(); ++i) {
+            Bytes bad = packed;
+            bad[i] ^= static_cast<unsigned char>(1u << (i % 8));
+            ModuleImage m;
+            const ImageStatus st = parse_sized(make_fatbin({compressed_ptx(c.flags, bad, ptx.size())}), 8, 0, m);
+            if (st != ImageStatus::ok) {
+                ++refused;
+                ASSERT_TRUE(m.kernels.empty() && m.globals.empty());
+                if (c.flags & 0x8000) {
+                    EXPECT_TRUE(st == ImageStatus::invalid_image || st == ImageStatus::unsupported_compression)
+                        << "byte " << i << ": " << simgpu::image_status_name(st);
+                } else {
+                    EXPECT_NE(st, ImageStatus::unsupported_compression) << "byte " << i;
+                }
+            } else if (c.flags & 0x8000) {
+                expect_same_module(m, plain);
+            }
+        }
+        EXPECT_GT(refused, static_cast<int>(packed.size()) / 4);
+    }
+}
+
+// The sample cubin as an ELF entry compressed by each library (-compress-all, with either mode).
+TEST(ModuleImage, LibraryCompressedCubin) {
+    LOAD_OR_SKIP(cubin, "sample_kernels_sm89.cubin", Need::required);
+    for (const Codec& c : kCodecs) {
+        SCOPED_TRACE(c.name);
+        EntrySpec e = entry(2, 89, c.flags, c.compress(cubin));
+        e.compressed_size = static_cast<std::uint32_t>(e.payload.size());
+        e.decompressed_size = cubin.size();
+        ModuleImage m;
+        ASSERT_EQ(parse_sized(make_fatbin({e}), 8, 9, m), ImageStatus::ok);
+        EXPECT_EQ(m.code_kind, K::cubin);
+        expect_sample_module(m);
     }
 }
 

@@ -7,7 +7,8 @@
 //   * PTX text (NUL-terminated; it must start, after comments, with `.version`);
 //   * a cubin: a 64-bit little-endian ELF with e_machine EM_CUDA (190);
 //   * a fatbin container (magic 0xBA55ED50) holding PTX and cubin entries, possibly compressed
-//     (LZ4 block format, flag 0x2000; Zstandard frames, flag 0x8000: both are decoded here);
+//     (LZ4 block format, flag 0x2000; Zstandard frames, flag 0x8000: decoded with liblz4 and
+//     libzstd, which only the simulator links);
 //   * the __fatBinC_Wrapper_t struct host code embeds (magic 0x466243B1) pointing at a fatbin.
 //
 // No CUDA headers are needed.
@@ -49,7 +50,8 @@ enum class ImageStatus {
     invalid_image,            // not an image, truncated, or inconsistent (CUDA_ERROR_INVALID_IMAGE)
     invalid_ptx,              // starts like PTX but does not parse (CUDA_ERROR_INVALID_PTX)
     no_binary_for_gpu,        // nothing in it runs on the device (CUDA_ERROR_NO_BINARY_FOR_GPU)
-    unsupported_compression,  // a compressed fatbin entry this parser cannot decode
+    unsupported_compression,  // a compressed fatbin entry this parser cannot decode (a Zstandard
+                              // frame that needs a dictionary)
 };
 
 // Parses the image at `data`.
