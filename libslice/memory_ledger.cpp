@@ -25,15 +25,20 @@ bool MemoryLedger::begin_change(int device) {
 }
 
 void MemoryLedger::begin_change_by_deadline(int device) {
+  if (!begin_change(device)) begin_change_after_recount(device);
+}
+
+void MemoryLedger::begin_change_after_recount(int device) {
   // Waits for a recount at most the deadline, then goes ahead announced anyway: a recount still
-  // under way then waits for this change, or finds the total changed and gives up.
+  // under way then waits for this change, or finds the total changed and gives up. The clock is
+  // read only here, when there is a recount to wait for.
   const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
-  while (!begin_change(device)) {
+  do {
     if (!wait_for_recount(deadline)) {
       tenant_.file().slots[slot_].devices[device].flight.fetch_add(1);
       return;
     }
-  }
+  } while (!begin_change(device));
 }
 
 void MemoryLedger::end_change(int device) { tenant_.file().slots[slot_].devices[device].flight.fetch_sub(1); }
@@ -55,7 +60,26 @@ bool MemoryLedger::wait_for_recount(std::uint64_t deadline) {
   return true;
 }
 
-bool MemoryLedger::reserve(int device, std::uint64_t bytes, std::uint64_t cap, Refusal* why) {
+bool MemoryLedger::reserve(int device, std::uint64_t bytes, std::uint64_t cap, Refusal* why, std::uint64_t now_ns) {
+  // The common case in one pass: no recount under way, and the bytes fit. No clock is read but the
+  // coarse one for metering, and that only when the caller has not.
+  if (begin_change(device)) {
+    meter_before_change(tenant_, slot_, device, now_ns != 0 ? now_ns : coarse_monotonic_ns());  // the memory held until now, charged
+    DeviceEntry& d = tenant_.file().devices[device];
+    std::uint64_t used = d.used.load();
+    while (used <= cap && bytes <= cap - used) {
+      if (d.used.compare_exchange_weak(used, used + bytes)) {
+        tenant_.file().slots[slot_].devices[device].used.fetch_add(bytes);
+        end_change(device);
+        return true;
+      }
+    }
+    end_change(device);
+  }
+  return reserve_patiently(device, bytes, cap, why);
+}
+
+bool MemoryLedger::reserve_patiently(int device, std::uint64_t bytes, std::uint64_t cap, Refusal* why) {
   DeviceEntry& d = tenant_.file().devices[device];
   const std::uint64_t deadline = monotonic_ns() + kRecountWaitNs;
   for (int attempt = 0;; ++attempt) {
@@ -65,7 +89,7 @@ bool MemoryLedger::reserve(int device, std::uint64_t bytes, std::uint64_t cap, R
         return false;
       }
     }
-    meter_before_change(tenant_, slot_, device, monotonic_ns());  // the memory held until now, charged
+    meter_before_change(tenant_, slot_, device, coarse_monotonic_ns());
     std::uint64_t used = d.used.load();
     bool fits;
     do {
@@ -92,7 +116,7 @@ void MemoryLedger::release(int device, std::uint64_t bytes) {
   SlotDevice& mine = tenant_.file().slots[slot_].devices[device];
   // Giving back never passes a cap: past the deadline it goes ahead.
   begin_change_by_deadline(device);
-  meter_before_change(tenant_, slot_, device, monotonic_ns());
+  meter_before_change(tenant_, slot_, device, coarse_monotonic_ns());
   // Never give back more than this process holds, even with threads racing on a double free: a
   // double free must not free others' usage.
   std::uint64_t held = mine.used.load(), give;
@@ -107,7 +131,7 @@ void MemoryLedger::release(int device, std::uint64_t bytes) {
 
 void MemoryLedger::add_unchecked(int device, std::uint64_t bytes) {
   begin_change_by_deadline(device);
-  meter_before_change(tenant_, slot_, device, monotonic_ns());
+  meter_before_change(tenant_, slot_, device, coarse_monotonic_ns());
   tenant_.file().devices[device].used.fetch_add(bytes);
   tenant_.file().slots[slot_].devices[device].used.fetch_add(bytes);
   end_change(device);

@@ -2,7 +2,8 @@
 // compare-and-swap on the tenant's total, and every process also keeps its own share in its slot.
 //
 // Each change is metered first (usage_meter.h): the memory this process held until then is
-// charged to the tenant's usage record.
+// charged to the tenant's usage record, on the coarse clock (to a few ms; usage_meter.h says how
+// exact). No other clock is read on the way, unless a recount is to be waited for.
 //
 // No lock on reserve or release. A process killed anywhere (mid-reservation too) is repaired by a
 // recount: with new changes held back for a moment and the changes already under way finished, each
@@ -27,8 +28,9 @@ class MemoryLedger {
   MemoryLedger(TenantFileHandle& tenant, int slot) : tenant_(tenant), slot_(slot) {}
 
   // Takes `bytes` on device entry `device` if the tenant stays within `cap`, else refuses (and says
-  // why). A refusal first makes sure no dead process's memory is still counted.
-  bool reserve(int device, std::uint64_t bytes, std::uint64_t cap, Refusal* why = nullptr);
+  // why). A refusal first makes sure no dead process's memory is still counted. `now_ns`: the
+  // coarse clock (coarse_monotonic_ns()) where the caller has just read it, for metering.
+  bool reserve(int device, std::uint64_t bytes, std::uint64_t cap, Refusal* why = nullptr, std::uint64_t now_ns = 0);
   // Gives back bytes this process took.
   void release(int device, std::uint64_t bytes);
   // Adds bytes the driver already gave out, whatever the cap; past the recount deadline it goes
@@ -56,6 +58,10 @@ class MemoryLedger {
   // For changes that may never be refused (releases, clearing a slot): like begin_change, but past
   // the recount deadline it goes ahead.
   void begin_change_by_deadline(int device);
+  // Out of the common paths' way (so that they stay short): begin_change_by_deadline's wait behind a
+  // recount, and reserve's, with its recount before a refusal.
+  [[gnu::noinline]] void begin_change_after_recount(int device);
+  [[gnu::noinline]] bool reserve_patiently(int device, std::uint64_t bytes, std::uint64_t cap, Refusal* why);
   void end_change(int device);
   // Waits until no live process recounts (clearing the flag of a dead one). False at the deadline.
   bool wait_for_recount(std::uint64_t deadline);

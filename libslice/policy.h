@@ -89,10 +89,18 @@ class PolicyWatcher {
  public:
   ~PolicyWatcher();
   void open(const std::string& policy_dir);
-  // 0 when no policy folder exists (it is looked for again now and then). Safe from any thread.
-  std::uint64_t generation();
+  // 0 when no policy folder exists (it is looked for again once a second, by the coarse monotonic
+  // clock: `now_ns` where the caller has read it, else read here). Safe from any thread. One load
+  // when the folder is there; two when it is not, but for the look once a second.
+  std::uint64_t generation(std::uint64_t now_ns = 0) {
+    if (const auto* counter = counter_.load(std::memory_order_acquire)) return counter->load(std::memory_order_acquire) + 1;
+    if (now_ns != 0 && now_ns < next_look_ns_.load(std::memory_order_relaxed)) return 0;  // looked less than a second ago
+    return look(now_ns);
+  }
 
  private:
+  std::uint64_t look(std::uint64_t now_ns);
+
   std::string policy_dir_;
   std::atomic<const std::atomic<std::uint64_t>*> counter_{nullptr};
   std::atomic<std::uint64_t> next_look_ns_{0};

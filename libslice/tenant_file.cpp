@@ -80,6 +80,18 @@ std::uint64_t monotonic_ns() {
   return std::uint64_t(ts.tv_sec) * 1'000'000'000ull + std::uint64_t(ts.tv_nsec);
 }
 
+std::uint64_t coarse_monotonic_ns() {
+  timespec ts;
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0) return monotonic_ns();
+  return std::uint64_t(ts.tv_sec) * 1'000'000'000ull + std::uint64_t(ts.tv_nsec);
+}
+
+std::uint64_t coarse_clock_tick_ns() {
+  timespec res;
+  if (clock_getres(CLOCK_MONOTONIC_COARSE, &res) != 0) return 0;  // the fine clock stands in for it
+  return std::uint64_t(res.tv_sec) * 1'000'000'000ull + std::uint64_t(res.tv_nsec);
+}
+
 bool valid_tenant_name(const std::string& name) { return parse_tenant_name(name).value.has_value(); }
 
 bool prepare_coordinator_dir(const std::string& dir, std::string& error) {
@@ -175,12 +187,21 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
   }
   // From here the file is checked before it is mapped: a short or foreign file is never read.
   TenantHeader header {};
-  bool valid = st.st_size == static_cast<off_t>(sizeof(TenantFile)) &&
-               pread(fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header) && header_valid(header, name);
+  const bool header_read = st.st_size >= static_cast<off_t>(sizeof header) &&
+                           pread(fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
+  bool valid = st.st_size == static_cast<off_t>(sizeof(TenantFile)) && header_read && header_valid(header, name);
   const bool fresh = !valid;
   if (fresh) {
     if (mode != Mode::create || (st.st_size != 0 && h->any_live_slot())) {
-      error = path + (st.st_size == 0 ? " is empty" : " is not a valid tenant file (truncated, foreign or corrupted)");
+      if (st.st_size == 0)
+        error = path + " is empty";
+      else if (header.magic == kTenantMagic && header.version != kTenantVersion)
+        // A library upgraded under running programs: the layouts differ, so the two cannot share.
+        error = path + " was made by another libslice version (tenant file version " + std::to_string(header.version) +
+                "; this one reads " + std::to_string(kTenantVersion) + ")" +
+                (mode == Mode::create ? ": its processes still run; start this one after they exit" : "");
+      else
+        error = path + " is not a valid tenant file (truncated, foreign or corrupted)";
       if (locked) h->unlock_init();
       return nullptr;
     }

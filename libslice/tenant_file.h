@@ -68,5 +68,11 @@ class TenantFileHandle {
 };
 
 std::uint64_t monotonic_ns();
+// CLOCK_MONOTONIC_COARSE: the monotonic time of the kernel's last tick, read from the vDSO without
+// reading a timer (a few ns, against some 20 for monotonic_ns()). Never ahead of monotonic_ns(), and
+// behind it by less than one tick, coarse_clock_tick_ns(): 1 to 10 ms depending on the kernel's HZ
+// (4 ms on most distributions). Where the kernel lacks it, monotonic_ns().
+std::uint64_t coarse_monotonic_ns();
+std::uint64_t coarse_clock_tick_ns();
 
 }  // namespace slice

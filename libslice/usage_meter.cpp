@@ -12,9 +12,6 @@ namespace {
 
 constexpr std::uint64_t kUnitMask = (std::uint64_t{1} << kMemoryUnitShift) - 1;
 constexpr std::uint64_t kSecondNs = 1'000'000'000;
-// A stamp further ahead of the clock than this was taken before a reboot (the monotonic clock
-// restarted), not by a racing thread: it is restarted, not waited for.
-constexpr std::uint64_t kClockRestartNs = kSecondNs;
 constexpr std::uint64_t kTickAccrualNs = kSecondNs;  // meter_tick integrates at most this often
 
 // Folds the memory of every live process of the tenant into the meter, so that a sample is the
@@ -82,11 +79,6 @@ ByteNs pending_memory(const SlotDevice& slot, std::uint64_t now_ns) {
   return ByteNs{slot.used.load(std::memory_order_relaxed)} * (now_ns - last);
 }
 
-bool usage_sample_due(const UsageRecord& record, std::uint64_t now_ns) {
-  const std::uint64_t next = record.memory.next_sample_ns.load(std::memory_order_relaxed);
-  return now_ns >= next || next > now_ns + kUsageStepSeconds * kSecondNs + kClockRestartNs;
-}
-
 bool record_usage_sample(UsageRecord& record, std::uint64_t device_ns, std::uint64_t now_ns, std::uint64_t wall_ms) {
   constexpr std::uint64_t step_ms = kUsageStepSeconds * 1000;
   const std::uint64_t step = wall_ms / step_ms;
@@ -106,7 +98,7 @@ bool record_usage_sample(UsageRecord& record, std::uint64_t device_ns, std::uint
   return true;
 }
 
-void meter_before_change(TenantFileHandle& tenant, int slot, int entry, std::uint64_t now_ns) {
+void meter_change(TenantFileHandle& tenant, int slot, int entry, std::uint64_t now_ns) {
   TenantFile& f = tenant.file();
   accrue_slot(f.usage[entry].memory, f.slots[slot].devices[entry], now_ns);
   if (usage_sample_due(f.usage[entry], now_ns)) sample_now(tenant, slot, entry, now_ns);

@@ -8,10 +8,13 @@
 #include <cstdint>
 
 #include "coordinator_layout.h"
+#include "tenant_file.h"
 
 namespace slice {
 
-class TenantFileHandle;
+// A stamp further ahead of the clock than this was taken before a reboot (the monotonic clock
+// restarted), not by a racing thread: it is restarted, not waited for.
+inline constexpr std::uint64_t kClockRestartNs = 1'000'000'000;
 
 using ByteNs = unsigned __int128;  // byte-nanoseconds: 64 bits hold under 7 minutes of 128 GiB
 
@@ -27,15 +30,35 @@ void accrue_slot(MemoryMeter& meter, SlotDevice& slot, std::uint64_t now_ns);
 ByteNs pending_memory(const SlotDevice& slot, std::uint64_t now_ns);
 
 // Whether the sample of a new hour is due (one load).
-bool usage_sample_due(const UsageRecord& record, std::uint64_t now_ns);
+inline bool usage_sample_due(const UsageRecord& record, std::uint64_t now_ns) {
+  const std::uint64_t next = record.memory.next_sample_ns.load(std::memory_order_relaxed);
+  return now_ns >= next || next > now_ns + kUsageStepSeconds * 1'000'000'000ull + kClockRestartNs;
+}
 // Records the sample of the hour `wall_ms` (CLOCK_REALTIME, ms) falls in, unless one is already
 // there, with the cumulative counters as they are (the caller folds in what it can first). Also
 // sets when the next one is due. Returns true if this call wrote it.
 bool record_usage_sample(UsageRecord& record, std::uint64_t device_ns, std::uint64_t now_ns, std::uint64_t wall_ms);
 
 // For a process of the tenant, on device entry `entry` of its file, from its slot `slot`:
-// before each change of its memory there (the memory ledger) ...
-void meter_before_change(TenantFileHandle& tenant, int slot, int entry, std::uint64_t now_ns);
+// before each change of its memory there (the memory ledger, with `now_ns` from the coarse clock,
+// coarse_monotonic_ns() in tenant_file.h) ...
+//
+// Precision. On the coarse clock a change is metered as made at the kernel's last tick (or at the
+// slot's last integration, where a tick or a sampler already went past it): up to one tick,
+// coarse_clock_tick_ns() (1-10 ms, 4 ms on most kernels), before it really was. So an allocation of
+// B bytes held for D is metered as B x (D +/- one tick): one allocated and freed within a tick may
+// count nothing (or a tick). Nothing is counted twice, and a dead process is still never charged
+// past its last integration. In exchange, a change within the tick of the slot's last integration
+// costs two loads here (the slot's stamp, and whether a sample is due) and no timer read.
+void meter_change(TenantFileHandle& tenant, int slot, int entry, std::uint64_t now_ns);  // the work, if any
+inline void meter_before_change(TenantFileHandle& tenant, int slot, int entry, std::uint64_t now_ns) {
+  TenantFile& f = tenant.file();
+  const std::uint64_t last = f.slots[slot].devices[entry].accrued_ns.load();
+  // Integrated up to now already (accrue_slot would claim nothing) and no sample due.
+  if (last != 0 && last >= now_ns && last <= now_ns + kClockRestartNs && !usage_sample_due(f.usage[entry], now_ns))
+    return;
+  meter_change(tenant, slot, entry, now_ns);
+}
 // ... and from a periodic tick (the compute watcher's): integrates its memory once a second at most,
 // so that a process that dies loses at most that second, and takes the hour's sample when due.
 void meter_tick(TenantFileHandle& tenant, int slot, int entry, std::uint64_t now_ns);

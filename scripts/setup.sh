@@ -15,10 +15,13 @@ for candidate in libclang-rt-dev libclang-rt-14-dev; do
   if apt-cache show "$candidate" >/dev/null 2>&1; then fuzzer_runtime=$candidate; break; fi
 done
 
-# Debian packages: the build, GoogleTest, spdlog and fmt (header-only use), libunwind, Python,
-# and clang with libFuzzer (for the fuzz test, which CMake leaves out where they are missing).
+# Debian packages: the build, GoogleTest, spdlog and fmt (header-only use), libunwind, SQLite
+# (slicectl's metering archive), Python, and clang with libFuzzer (for the fuzz test, which CMake
+# leaves out where they are missing).
 packages=(cmake g++ make python3 python3-venv libgtest-dev libspdlog-dev libfmt-dev libunwind-dev
-          clang "$fuzzer_runtime"
+          libsqlite3-dev clang "$fuzzer_runtime"
+          # The simulated GPU's module parser: compressed fatbin entries (Zstandard, LZ4).
+          libzstd-dev liblz4-dev
           # Kubernetes: slice-device-plugin (gRPC, protobuf) and the manifests' test (YAML).
           libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc pkg-config python3-yaml
           # slicectl metrics as its consumers read it: prometheus and promtool (one package on
@@ -29,7 +32,13 @@ packages=(cmake g++ make python3 python3-venv libgtest-dev libspdlog-dev libfmt-
           # The Debian packages (cpack -G DEB; packaging/): dpkg-shlibdeps (dpkg-dev) computes their
           # Depends and CPack reads the binaries with file; lintian checks them in the deb_packages
           # test, which is skipped without these.
-          dpkg-dev file lintian)
+          dpkg-dev file lintian
+          # Containers as users run them, in tests/k8s (k8s_podman_cdi, k8s_podman_allocate,
+          # k8s_plugin_image): podman with runc, as root, each test with a private store in its own
+          # folder; skipped without them. On a machine with systemd, Debian's podman also enables
+          # its API socket and services: `systemctl disable --now podman.socket podman.service
+          # podman-restart.service podman-auto-update.timer` if they are not wanted.
+          podman runc)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

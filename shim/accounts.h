@@ -96,9 +96,19 @@ class IpcAccounts {
   std::atomic<std::size_t> export_count{0};         // exports.size(): a free looks only when not 0
 };
 
+// Whether this process ever exported memory through CUDA IPC (cuIpcGetMemHandle) / ever allocated
+// managed memory: until it has, a free skips forget_ipc_exports' and forget_managed's look-ups with
+// one load of a process-wide flag (set before the first export or managed allocation is recorded,
+// never cleared).
+inline std::atomic<bool> g_ipc_exports_made{false};
+inline std::atomic<bool> g_managed_made{false};
+
 // The memory at `dptr` was freed (all of a context's: `context`, dptr 0): its IPC exports are
-// withdrawn from the tenant's table (shim/ipc_hooks.cpp).
-void forget_ipc_exports(Session& s, CUdeviceptr dptr, std::uint64_t context = 0);
+// withdrawn from the tenant's table (withdraw_ipc_exports, shim/ipc_hooks.cpp).
+void withdraw_ipc_exports(Session& s, CUdeviceptr dptr, std::uint64_t context);
+inline void forget_ipc_exports(Session& s, CUdeviceptr dptr, std::uint64_t context = 0) {
+  if (g_ipc_exports_made.load(std::memory_order_acquire)) withdraw_ipc_exports(s, dptr, context);
+}
 
 // Managed memory (cuMemAllocManaged) is charged to the current device when it is allocated, and
 // follows the whole allocation when advice or a prefetch places it elsewhere: on the host it is
@@ -110,6 +120,9 @@ class ManagedAccounts {
   std::atomic<std::size_t> count{0};                      // sizes.size(): a free looks only when not 0
 };
 void note_managed(Session& s, CUdeviceptr base, std::uint64_t bytes);
-void forget_managed(Session& s, CUdeviceptr base);
+void erase_managed(Session& s, CUdeviceptr base);
+inline void forget_managed(Session& s, CUdeviceptr base) {
+  if (g_managed_made.load(std::memory_order_acquire)) erase_managed(s, base);
+}
 
 }  // namespace slice::shim

@@ -57,6 +57,7 @@ CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Call&& ca
 }
 
 void note_export(Session& s, CUdeviceptr dptr, std::uint64_t digest) {
+  g_ipc_exports_made.store(true, std::memory_order_release);  // before it is recorded: frees look from now on
   if (!s.coordinator->note_ipc_export(digest))
     log::warn("tenant '" + s.config.tenant + "': its table of CUDA IPC exports is full near this handle's place; "
               "a process of the tenant that opens it is charged for it again");
@@ -69,7 +70,7 @@ void note_export(Session& s, CUdeviceptr dptr, std::uint64_t digest) {
 
 }  // namespace
 
-void forget_ipc_exports(Session& s, CUdeviceptr dptr, std::uint64_t context) {
+void withdraw_ipc_exports(Session& s, CUdeviceptr dptr, std::uint64_t context) {
   if (s.ipc->export_count.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard<std::mutex> lock(s.ipc->mu);
   for (auto it = s.ipc->exports.begin(); it != s.ipc->exports.end();) {

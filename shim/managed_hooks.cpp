@@ -8,12 +8,13 @@
 namespace slice::shim {
 
 void note_managed(Session& s, CUdeviceptr base, std::uint64_t bytes) {
+  g_managed_made.store(true, std::memory_order_release);  // before it is recorded: frees look from now on
   std::lock_guard<std::mutex> lock(s.managed->mu);
   s.managed->sizes[base] = bytes;
   s.managed->count.store(s.managed->sizes.size(), std::memory_order_relaxed);
 }
 
-void forget_managed(Session& s, CUdeviceptr base) {
+void erase_managed(Session& s, CUdeviceptr base) {
   if (s.managed->count.load(std::memory_order_relaxed) == 0) return;
   std::lock_guard<std::mutex> lock(s.managed->mu);
   s.managed->sizes.erase(base);

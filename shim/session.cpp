@@ -24,10 +24,15 @@
 #include "tenant_file.h"
 
 namespace slice::shim {
-namespace {
 
-std::atomic<SessionState> g_state{SessionState::fresh};
-std::atomic<Session*> g_session{nullptr};
+namespace detail {
+constinit std::atomic<SessionState> g_state{SessionState::fresh};
+constinit std::atomic<Session*> g_session{nullptr};
+}  // namespace detail
+using detail::g_session;
+using detail::g_state;
+
+namespace {
 // Guards start-up only; re-made in a forked child (another thread may have held it at the fork).
 std::mutex g_start_mu;
 
@@ -265,7 +270,7 @@ CUresult start_session() noexcept {
   }
 }
 
-Session* running_session(bool& failed) noexcept {
+Session* detail::start_running_session(bool& failed) noexcept {
   SessionState state = g_state.load(std::memory_order_acquire);
   if (state == SessionState::fresh) {
     // The application initialised the driver without our cuInit (or not at all: then the driver
@@ -332,9 +337,7 @@ CurrentContext launch_context(const Session& s) noexcept {
   return c;
 }
 
-bool charge(Session& s, int device, std::uint64_t bytes, const char* what) {
-  Refusal why;
-  if (s.coordinator->reserve(device, bytes, &why)) return true;
+bool charge_after_refusal(Session& s, int device, std::uint64_t bytes, const char* what, Refusal& why) {
   // Pools may have given memory back at a synchronisation since we last looked, and the driver may
   // hold less beyond the charges than it did (shim/reconcile.h).
   if (settle_pools(s, device) && s.coordinator->reserve(device, bytes, &why)) return true;
@@ -347,10 +350,6 @@ bool charge(Session& s, int device, std::uint64_t bytes, const char* what) {
     if (log::enabled(LogLevel::debug)) log::debug("refused at:\n" + caller_backtrace());
   }
   return false;
-}
-
-void uncharge(Session& s, int device, std::uint64_t bytes) noexcept {
-  if (bytes != 0) s.coordinator->release(device, bytes);
 }
 
 }  // namespace slice::shim

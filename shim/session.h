@@ -77,10 +77,23 @@ const Config* session_config() noexcept;
 // the coordinator with the driver's devices. CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE (failed).
 CUresult start_session() noexcept;
 
+namespace detail {
+// The state and the running session (shim/session.cpp), read by every hook.
+extern std::atomic<SessionState> g_state;
+extern std::atomic<Session*> g_session;
+Session* start_running_session(bool& failed) noexcept;  // running_session, when not running yet
+}  // namespace detail
+
 // The running session, starting it first if the driver is already initialised; nullptr when the
 // hook should pass the call through. `failed` is set when the hook must answer
-// CUDA_ERROR_INVALID_VALUE instead.
-Session* running_session(bool& failed) noexcept;
+// CUDA_ERROR_INVALID_VALUE instead. Running: inline, two loads.
+inline Session* running_session(bool& failed) noexcept {
+  if (detail::g_state.load(std::memory_order_acquire) == SessionState::running) {
+    failed = false;
+    return detail::g_session.load(std::memory_order_acquire);
+  }
+  return detail::start_running_session(failed);
+}
 
 // The running session if there is one; never starts anything (for reports and NVML).
 Session* current_session() noexcept;
@@ -108,8 +121,15 @@ void current_context_changed_here() noexcept;
 
 // Charges `bytes` on device `device` for `what` (a driver function's name), or writes the refusal's
 // warn line and returns false. `settle` runs before refusing, to bring held memory (pools) up to
-// date, and is retried once.
-bool charge(Session& s, int device, std::uint64_t bytes, const char* what);
-void uncharge(Session& s, int device, std::uint64_t bytes) noexcept;
+// date, and is retried once. Inline up to the coordinator; what follows a first refusal
+// (charge_after_refusal: settling the pools, reconciling, the warn line) is out of line.
+bool charge_after_refusal(Session& s, int device, std::uint64_t bytes, const char* what, Refusal& why);
+inline bool charge(Session& s, int device, std::uint64_t bytes, const char* what) {
+  Refusal why;
+  return s.coordinator->reserve(device, bytes, &why) || charge_after_refusal(s, device, bytes, what, why);
+}
+inline void uncharge(Session& s, int device, std::uint64_t bytes) noexcept {
+  if (bytes != 0) s.coordinator->release(device, bytes);
+}
 
 }  // namespace slice::shim

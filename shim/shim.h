@@ -3,6 +3,7 @@
 // Nothing here runs at load time: each piece starts on its first use, from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <string_view>
 
@@ -41,10 +42,29 @@ struct HookInfo {
 const HookInfo* find_hook(std::string_view export_name) noexcept;
 const HookInfo& hook_info(Hook hook) noexcept;
 
+namespace detail {
+// What real_function hands out, per library (shim/real_driver.cpp): `opened` once the library was
+// looked up (whether or not it was there), then its hooks' real functions, nullptr where absent.
+struct RealFunctions {
+  std::atomic<bool> opened{false};
+  void* functions[kHookCount] = {};
+};
+extern RealFunctions g_real_cuda;
+extern RealFunctions g_real_nvml;
+void* open_real_function(Hook hook) noexcept;  // real_function before its library was looked up
+}  // namespace detail
+
 // The real function behind a hook, from libslice's own handle of libcuda.so.1 / libnvidia-ml.so.1
 // (opened RTLD_NOW | RTLD_LOCAL on the first call, never through RTLD_NEXT). nullptr when that
-// library is not installed or lacks the export.
-void* real_function(Hook hook) noexcept;
+// library is not installed or lacks the export. After the first call, inline: one acquire load and
+// one load of the table (the library is known at compile time).
+inline void* real_function(Hook hook) noexcept {
+  const auto i = static_cast<std::size_t>(hook);
+  const detail::RealFunctions& lib =
+      kHookLibraries[i] == HookLibrary::cuda ? detail::g_real_cuda : detail::g_real_nvml;
+  if (lib.opened.load(std::memory_order_acquire)) return lib.functions[i];
+  return detail::open_real_function(hook);
+}
 
 // Any other export of the real driver / NVML, from the same handles (nullptr when absent).
 void* real_cuda_symbol(const char* name) noexcept;

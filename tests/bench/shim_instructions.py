@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""Instructions that libslice.so adds per call, counted by callgrind (valgrind): a figure that does not
+depend on the host's load, unlike the host times of scripts/bench.sh.
+
+  tests/bench/shim_instructions.py [--build DIR] [--libslice PATH] [--mode alloc|launch]
+
+Runs `shim_bench MODE N` under valgrind --tool=callgrind --separate-threads=yes with two values of N
+(so that start-up and the warm-up round cancel out), with LD_PRELOAD=libslice.so,
+SLICE_MEMORY_LIMIT=16Gi and SLICE_TENANT=bench, the simulated GPU on LD_LIBRARY_PATH, and a fresh
+SIMGPU_STATE and SLICE_COORDINATOR_DIR for each run; then the same without libslice. For the main
+thread it prints, per call (alloc: per cuMemAlloc_v2 + cuMemFree_v2 pair; launch: per
+cuLaunchKernel), the difference between the two runs divided by the calls between them:
+
+  added      the inclusive instructions of libslice's hooks (cuMemAlloc_v2 + cuMemFree_v2, or
+             cuLaunchKernel) less the inclusive instructions of the simulator's functions of the same
+             names: everything libslice adds, libc (malloc, mutexes, the clock) and the driver calls
+             it makes of its own (cuCtxGetCurrent) included
+  in .so     the instructions executed in libslice.so itself (its functions' own cost)
+  simulator  the simulator's own cost of the same calls, without libslice
+
+Under valgrind the clock is read by a system call (valgrind gives the program no vDSO), which it
+does not count: the figures leave out the clock reads, whose cost the host times of scripts/bench.sh
+include. Needs valgrind; takes a minute or two.
+"""
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROUNDS = (2, 6)  # shim_bench rounds of 1000 calls (plus one warm-up round each)
+HOOKS = {"alloc": ("cuMemAlloc_v2", "cuMemFree_v2"), "launch": ("cuLaunchKernel",)}
+
+
+def parse(path):
+    """Self cost per (object, function), and the inclusive cost of each call edge, from a callgrind
+    output file (positions: line, one event: Ir)."""
+    names = {"ob": {}, "fl": {}, "fn": {}}
+    kind_of = {"ob": "ob", "cob": "ob", "fl": "fl", "fi": "fl", "fe": "fl", "cfi": "fl", "cfl": "fl",
+               "fn": "fn", "cfn": "fn"}
+    self_cost = collections.Counter()
+    call_cost = collections.Counter()  # (caller ob, caller fn, callee ob, callee fn) -> inclusive Ir
+    ob = fn = None
+    cob = cfn = None
+    pending_call = False
+    spec = re.compile(r"^(ob|cob|fl|fi|fe|cfi|cfl|fn|cfn)=\((\d+)\)(?: (.*))?$")
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            m = spec.match(line)
+            if m:
+                key, ident, name = m.groups()
+                table = names[kind_of[key]]
+                if name is not None:
+                    table[ident] = name
+                value = table.get(ident, ident)
+                if key == "ob":
+                    ob = value
+                elif key == "fn":
+                    fn = value
+                elif key == "cob":
+                    cob = value
+                elif key == "cfn":
+                    cfn = value
+                continue
+            if line.startswith("calls="):
+                pending_call = True
+                continue
+            if not line or not (line[0].isdigit() or line[0] in "+-*"):
+                continue
+            parts = line.split()
+            if len(parts) < 2:
+                continue
+            cost = int(parts[1])
+            if pending_call:
+                call_cost[(ob, fn, cob if cob is not None else ob, cfn)] += cost
+                pending_call = False
+                cob = cfn = None
+            else:
+                self_cost[(ob, fn)] += cost
+    return self_cost, call_cost
+
+
+def inclusive(self_cost, call_cost, ob_match, fn):
+    total = sum(c for (o, f), c in self_cost.items() if f == fn and ob_match(o))
+    total += sum(c for (o, f, _, _), c in call_cost.items() if f == fn and ob_match(o))
+    return total
+
+
+def run(valgrind, bench, mode, rounds, env, out_dir, tag):
+    # A fresh simulator state and coordinator folder for each run, so that every run's start-up
+    # (which creates them) costs the same and cancels out.
+    state = os.path.join(out_dir, tag)
+    os.makedirs(state)
+    env = dict(env, SIMGPU_STATE=os.path.join(state, "simgpu-state"), SLICE_COORDINATOR_DIR=os.path.join(state, "coord"))
+    out = os.path.join(out_dir, f"{tag}.%p")
+    subprocess.run([valgrind, "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+                    bench, mode, str(rounds)], env=env, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    main = [f for f in os.listdir(out_dir) if f.startswith(tag + ".") and f.endswith("-01")]
+    if len(main) != 1:
+        sys.exit(f"shim_instructions: no callgrind output of the main thread for {tag}")
+    return parse(os.path.join(out_dir, main[0]))
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--build", default=os.path.join(here, "..", "..", "build"))
+    ap.add_argument("--libslice", help="the libslice.so to measure (default: BUILD/lib/libslice.so)")
+    ap.add_argument("--mode", choices=sorted(HOOKS), default="alloc")
+    args = ap.parse_args()
+    build = os.path.abspath(args.build)
+    lib = os.path.abspath(args.libslice or os.path.join(build, "lib", "libslice.so"))
+    bench = os.path.join(build, "bin", "shim_bench")
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        sys.exit("shim_instructions: valgrind is not installed (apt-get install valgrind)")
+    for f in (lib, bench):
+        if not os.path.exists(f):
+            sys.exit(f"shim_instructions: {f} is missing")
+    lib_name = os.path.basename(lib)
+    is_slice = lambda o: o is not None and (o == lib or os.path.basename(o) == lib_name)
+    is_sim = lambda o: o is not None and os.path.basename(o).startswith("libcuda.so")
+    hooks = HOOKS[args.mode]
+    work = tempfile.mkdtemp(prefix="slice-callgrind.")
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLICE_") and k != "LD_PRELOAD"}
+        env.update(SLICE_MEMORY_LIMIT="16Gi", SLICE_TENANT="bench",
+                   LD_LIBRARY_PATH=os.path.join(build, "simgpu") + (":" + env["LD_LIBRARY_PATH"]
+                                                                     if env.get("LD_LIBRARY_PATH") else ""))
+        figures = {}
+        for rounds in ROUNDS:
+            with_env = dict(env, LD_PRELOAD=lib)
+            s, c = run(valgrind, bench, args.mode, rounds, with_env, work, f"with{rounds}")
+            hooks_incl = sum(inclusive(s, c, is_slice, h) for h in hooks)
+            sim_incl = sum(inclusive(s, c, is_sim, h) for h in hooks)
+            in_so = sum(v for (o, _), v in s.items() if is_slice(o))
+            s, c = run(valgrind, bench, args.mode, rounds, env, work, f"without{rounds}")
+            alone = sum(inclusive(s, c, is_sim, h) for h in hooks)
+            figures[rounds] = (hooks_incl - sim_incl, in_so, alone)
+        lo, hi = ROUNDS
+        calls = (hi - lo) * 1000
+        per = [(figures[hi][i] - figures[lo][i]) / calls for i in range(3)]
+        what = "cuMemAlloc_v2 + cuMemFree_v2 pair" if args.mode == "alloc" else "cuLaunchKernel"
+        print(f"instructions per {what} (callgrind, main thread, {lib}):")
+        print(f"  added by libslice (hooks inclusive, less the simulator's own): {per[0]:.0f}")
+        print(f"  of which in libslice.so itself:                               {per[1]:.0f}")
+        print(f"  the simulator's own, without libslice:                        {per[2]:.0f}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
