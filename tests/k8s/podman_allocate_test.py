@@ -69,7 +69,7 @@ def main():
 
     podman = ps.Podman(base)
     ps.remove_stale_cgroups()
-    kubelet = plugin_process = container = None
+    kubelet = plugin_process = None
     try:
         kubelet = subprocess.Popen([client, plugin_dir, str(GPU_INDEX), str(SLICES)], stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
@@ -130,23 +130,9 @@ def main():
             ["--name", "libslice-allocate-" + podman.cgroup[-12:]] + options, ("rootfs", rootfs),
             ["/usr/local/bin/k8s_container_probe", "--over-mib", str(SLICES * SLICE_BYTES // ps.MIB + 1),
              "--under-mib", str(SLICE_BYTES // ps.MIB), "--release", "/control/release", "--timeout", "40"]))
-        print("+ " + " ".join(argv), flush=True)
-        with open(stderr_path, "w") as err:
-            container = subprocess.Popen(argv, env=podman.env, stdout=subprocess.PIPE, stderr=err, text=True)
-        reader = ps.LineReader(container.stdout)
-        holding = reader.wait_for("holding", 40)
-        status = None
-        if checks.check(holding, "the probe runs in the container and holds its memory",
-                        "\n".join(reader.lines) + "\n" + open(stderr_path).read()):
-            status = ps.slicectl_status(slicectl, coordinator, gpu.env)
-        with open(os.path.join(control, "release"), "w"):
-            pass
-        rc = container.wait(timeout=40)
-        lines = reader.rest()
-        container = None
-        print("probe: " + " | ".join(lines))
+        status, rc, lines, logs = ps.run_holding_probe(
+            podman, argv, stderr_path, control, checks, lambda: ps.slicectl_status(slicectl, coordinator, gpu.env))
         got = ps.facts(lines)
-        logs = open(stderr_path).read()
         cap = SLICES * SLICE_BYTES
         checks.check(rc == 0 and "done" in lines, "the probe ends well (exit 0)", f"exit {rc}\n{logs}")
         checks.check(got.get("libslice") == "/usr/local/libslice/libslice.so" and got.get("ld_preload") == "unset",
@@ -173,7 +159,7 @@ def main():
         left = ps.left_behind(base, podman)
         checks.check(not left, "no mount, process or cgroup with a process left", "\n".join(left))
     finally:
-        for process in (container, plugin_process, kubelet):
+        for process in (plugin_process, kubelet):
             if process is not None and process.poll() is None:
                 process.kill()
                 process.wait()

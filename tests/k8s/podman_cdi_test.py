@@ -83,7 +83,6 @@ def main():
     made_cdi_dir = not os.path.isdir(CDI_DIR)
     spec_path = os.path.join(CDI_DIR, f"libslice-test-{tag}.json")
     hook = os.path.realpath(cdi_gen)
-    container = None
     try:
         out = subprocess.run([cdi_gen, "--output", spec_path, "--slices", "4", "--kind", kind,
                               "--coordinator-dir", coordinator, "--policy-dir", policy, "--host-lib-dir", host_lib,
@@ -129,23 +128,9 @@ def main():
             ("rootfs", rootfs),
             ["/usr/local/bin/k8s_container_probe", "--over-mib", str(SLICE_BYTES // ps.MIB + 1),
              "--under-mib", "1024", "--release", "/control/release", "--timeout", "40"]))
-        print("+ " + " ".join(argv), flush=True)
-        with open(stderr_path, "w") as err:
-            container = subprocess.Popen(argv, env=podman.env, stdout=subprocess.PIPE, stderr=err, text=True)
-        reader = ps.LineReader(container.stdout)
-        holding = reader.wait_for("holding", 40)
-        status = None
-        if checks.check(holding, "the probe runs in the container and holds its memory",
-                        "\n".join(reader.lines) + "\n" + open(stderr_path).read()):
-            status = ps.slicectl_status(slicectl, coordinator, gpu.env)
-        with open(os.path.join(control, "release"), "w"):
-            pass
-        rc = container.wait(timeout=40)
-        lines = reader.rest()
-        container = None
-        print("probe: " + " | ".join(lines))
+        status, rc, lines, logs = ps.run_holding_probe(
+            podman, argv, stderr_path, control, checks, lambda: ps.slicectl_status(slicectl, coordinator, gpu.env))
         probe_facts = ps.facts(lines)
-        logs = open(stderr_path).read()
         checks.check(rc == 0 and "done" in lines, "the probe ends well (exit 0)", f"exit {rc}\n{logs}")
         checks.check(probe_facts.get("libslice") == "/usr/local/libslice/libslice.so"
                      and probe_facts.get("ld_preload") == "unset",
@@ -187,9 +172,6 @@ def main():
         left = ps.left_behind(base, podman)
         checks.check(not left, "no mount, process or cgroup with a process left", "\n".join(left))
     finally:
-        if container is not None:
-            container.kill()
-            container.wait()
         podman.cleanup()
         for path in (spec_path, spec_path + ".tmp"):
             if os.path.exists(path):

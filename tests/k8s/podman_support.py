@@ -437,3 +437,31 @@ def write_host_lib_dir(path, libslice, container_lib_dir="/usr/local/libslice"):
     os.chmod(os.path.join(path, "libslice.so"), 0o644)
     with open(os.path.join(path, "ld.so.preload"), "w") as f:
         f.write(f"{container_lib_dir}/libslice.so\n")
+
+
+def run_holding_probe(podman, argv, stderr_path, control, checks, while_holding):
+    """Runs the probe's container until it holds its memory, calls while_holding() (what the host
+    sees then, e.g. slicectl status; not called when the probe never got there), releases it through
+    CONTROL/release and waits for its end. Returns (what while_holding returned, exit code, the
+    probe's lines, its standard error). The container is killed if anything fails on the way."""
+    print("+ " + " ".join(argv), flush=True)
+    with open(stderr_path, "w") as err:
+        container = subprocess.Popen(argv, env=podman.env, stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        reader = LineReader(container.stdout)
+        holding = reader.wait_for("holding", 40)
+        seen = None
+        if checks.check(holding, "the probe runs in the container and holds its memory",
+                        "\n".join(reader.lines) + "\n" + open(stderr_path).read()):
+            seen = while_holding()
+        with open(os.path.join(control, "release"), "w"):
+            pass
+        rc = container.wait(timeout=40)
+        lines = reader.rest()
+        container = None
+    finally:
+        if container is not None:
+            container.kill()
+            container.wait()
+    print("probe: " + " | ".join(lines))
+    return seen, rc, lines, open(stderr_path).read()
