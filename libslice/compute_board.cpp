@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,7 +17,7 @@ namespace slice {
 namespace {
 
 constexpr std::uint64_t kRescanNs = 100'000'000;
-constexpr std::uint64_t kLookNs = 1'000'000;
+constexpr std::uint64_t kLookNs = 10'000'000;  // a stat of the folder: a newcomer is seen within it
 // The header and the device entries: all a reader needs, one pread.
 constexpr std::size_t kReadBytes = offsetof(TenantFile, slots);
 
@@ -32,12 +33,64 @@ std::uint32_t percent(std::uint32_t v) { return std::clamp<std::uint32_t>(v, 1, 
 // 8-byte atomics loaded from them.
 ComputeBoard::ComputeBoard(std::string dir, std::string self) : dir_(std::move(dir)), self_(std::move(self)) {
   start_buffer_.resize(kReadBytes);
-  history_buffer_.resize(sizeof(ReceivedHistory));
   entry_buffer_.resize(sizeof(DeviceEntry));
 }
 
 ComputeBoard::~ComputeBoard() {
-  for (File& f : files_) ::close(f.fd);
+  for (File& f : files_) {
+    unmap(f);
+    ::close(f.fd);
+  }
+}
+
+void ComputeBoard::unmap(File& f) {
+  if (f.page != nullptr) ::munmap(f.page, static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)));
+  f.page = nullptr;
+  f.page_offset = -1;
+}
+
+WaitResult ComputeBoard::wait_for(const TenantCompute& t, std::uint64_t timeout_ns) {
+  if (t.board_file < 0 || static_cast<std::size_t>(t.board_file) >= files_.size() || t.entry < 0 ||
+      t.entry >= kMaxDevices)
+    return WaitResult::failed;
+  File& f = files_[static_cast<std::size_t>(t.board_file)];
+  if (f.name != t.name) return WaitResult::failed;
+  const std::size_t page_size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  const std::size_t entry_at = offsetof(TenantFile, devices) + static_cast<std::size_t>(t.entry) * sizeof(DeviceEntry);
+  const std::size_t at = entry_at + offsetof(DeviceEntry, turn_seq);
+  const off_t page_offset = static_cast<off_t>(at & ~(page_size - 1));
+  if (f.page == nullptr || f.page_offset != page_offset) {
+    unmap(f);
+    void* p = ::mmap(nullptr, page_size, PROT_READ, MAP_SHARED, f.fd, page_offset);
+    if (p == MAP_FAILED) return WaitResult::failed;
+    f.page = p;
+    f.page_offset = page_offset;
+  }
+  // The word first, then the entry: its owner changes the entry, then the word. So either the
+  // entry read says the row is out of date, or the word read is from before that change, and the
+  // wait below then returns at once (a single read of both could see a new word with old figures).
+  std::uint32_t seq = 0;
+  if (::pread(f.fd, &seq, sizeof seq, static_cast<off_t>(at)) != static_cast<ssize_t>(sizeof seq))
+    return WaitResult::failed;
+  unsigned char* raw = entry_buffer_.data();
+  const auto* e = reinterpret_cast<const DeviceEntry*>(raw);
+  if (::pread(f.fd, raw, sizeof(DeviceEntry), static_cast<off_t>(entry_at)) != static_cast<ssize_t>(sizeof(DeviceEntry)))
+    return WaitResult::failed;
+  if ((e->active_processes.load(std::memory_order_relaxed) != 0) != t.active ||
+      (e->wanting_processes.load(std::memory_order_relaxed) != 0) != t.wanting ||
+      e->drain_eta_ns.load(std::memory_order_relaxed) != t.drain_eta_ns || seq != t.turn_seq)
+    return WaitResult::changed;
+  // Never dereferenced here: only the kernel reads it, and a truncated file is EFAULT, not SIGBUS.
+  const auto* word = reinterpret_cast<const std::atomic<std::uint32_t>*>(static_cast<const char*>(f.page) +
+                                                                        (at & (page_size - 1)));
+  waiting_on_.store(word);
+  const WaitResult r = futex_wait(word, seq, timeout_ns, true);
+  waiting_on_.store(nullptr);
+  return r;
+}
+
+void ComputeBoard::interrupt() {
+  if (const auto* word = waiting_on_.load()) futex_wake_all(word, true);
 }
 
 void ComputeBoard::rescan(std::uint64_t now_ns) {
@@ -57,23 +110,34 @@ void ComputeBoard::rescan(std::uint64_t now_ns) {
     folder_mtime_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
   DIR* d = ::opendir(folder.c_str());
   if (d == nullptr) return;
-  std::vector<std::string> names;
+  std::vector<std::pair<std::string, ino_t>> names;
   while (const dirent* e = ::readdir(d))
-    if (e->d_name[0] != '.' && e->d_name != self_ && valid_tenant_name(e->d_name)) names.emplace_back(e->d_name);
+    if (e->d_name[0] != '.' && e->d_name != self_ && valid_tenant_name(e->d_name)) names.emplace_back(e->d_name, e->d_ino);
   ::closedir(d);
-  // Keep what is still there, open what is new, close what is gone.
+  // Keep what is still there (the same file, not one made anew under its name), open what is new,
+  // close what is gone.
   std::vector<File> kept;
   for (File& f : files_) {
-    if (std::find(names.begin(), names.end(), f.name) != names.end()) kept.push_back(f);
-    else ::close(f.fd);
+    if (std::find(names.begin(), names.end(), std::make_pair(f.name, f.inode)) != names.end()) {
+      kept.push_back(f);
+    } else {
+      unmap(f);
+      ::close(f.fd);
+    }
   }
-  for (const std::string& n : names) {
+  for (const auto& [n, inode] : names) {
     if (std::any_of(kept.begin(), kept.end(), [&](const File& f) { return f.name == n; })) continue;
     const int fd = ::open((folder + "/" + n).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) continue;
+    struct stat opened {};
+    if (::fstat(fd, &opened) != 0) {
+      ::close(fd);
+      continue;
+    }
     File f;
     f.name = n;
     f.fd = fd;
+    f.inode = opened.st_ino;
     kept.push_back(std::move(f));
   }
   files_ = std::move(kept);
@@ -131,7 +195,10 @@ void record_history(ReceivedHistory& history, std::uint64_t cumulative_ns, std::
 
 namespace {
 
-constexpr std::uint64_t kFullReadNs = 5'000'000;
+// A tenant's history is read again this often; in between, its device entry alone (one pread), with
+// the history kept from the last full read: the window's far end lies in samples older than that
+// read, which do not change, and its near end is the entry's cumulative figure, read each time.
+constexpr std::uint64_t kFullReadNs = 100'000'000;
 // A tenant with nothing on the GPU and nothing received over the window is looked at again only
 // after this long: most tenant files in a busy coordinator belong to processes that are gone, and
 // reading them all every tick would cost more than the scheduling. Short enough that a tenant
@@ -149,6 +216,8 @@ void load_entry(const DeviceEntry& e, std::uint64_t now_ns, TenantCompute& t) {
   t.joined_ms = e.joined_ms.load(std::memory_order_relaxed);
   t.wanting = e.wanting_processes.load(std::memory_order_relaxed) != 0 &&
               fresh(e.wanting_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
+  t.turn_seq = e.turn_seq.load(std::memory_order_relaxed);
+  t.drain_eta_ns = e.drain_eta_ns.load(std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -159,7 +228,6 @@ bool ComputeBoard::read_full(File& f, const std::uint8_t uuid[16], std::uint64_t
   unsigned char* raw = start_buffer_.data();
   const auto* header = reinterpret_cast<const TenantHeader*>(raw + offsetof(TenantFile, header));
   const auto* devices = reinterpret_cast<const DeviceEntry*>(raw + offsetof(TenantFile, devices));
-  unsigned char* history_raw = history_buffer_.data();
   f.entry = kAbsent;  // until found below: not looked at again before the next full read
   if (::pread(f.fd, raw, kReadBytes, 0) != static_cast<ssize_t>(kReadBytes)) return false;
   const TenantHeader& h = *header;
@@ -171,12 +239,13 @@ bool ComputeBoard::read_full(File& f, const std::uint8_t uuid[16], std::uint64_t
     t.name = f.name;
     load_entry(e, now_ns, t);
     const off_t at = static_cast<off_t>(offsetof(TenantFile, history) + index * sizeof(ReceivedHistory));
-    if (::pread(f.fd, history_raw, sizeof(ReceivedHistory), at) == static_cast<ssize_t>(sizeof(ReceivedHistory)))
+    f.has_history = ::pread(f.fd, f.history.data(), sizeof(ReceivedHistory), at) == static_cast<ssize_t>(sizeof(ReceivedHistory));
+    if (f.has_history) {
       t.window_received_ns = std::min(
-          received_over(*reinterpret_cast<const ReceivedHistory*>(history_raw), t.received_ns, now_ns, window_ns),
+          received_over(*reinterpret_cast<const ReceivedHistory*>(f.history.data()), t.received_ns, now_ns, window_ns),
           window_ns);
+    }
     f.entry = index;
-    f.received_at_full = t.received_ns;
     f.last = std::move(t);
     return true;
   }
@@ -190,13 +259,13 @@ bool ComputeBoard::read_entry(File& f, const std::uint8_t uuid[16], std::uint64_
   if (::pread(f.fd, raw, sizeof(DeviceEntry), at) != static_cast<ssize_t>(sizeof(DeviceEntry)) || e->state.load() != 2 ||
       std::memcmp(e->uuid, uuid, 16) != 0)
     return read_full(f, uuid, now_ns, window_ns);
-  const std::uint64_t window = f.last.window_received_ns;
   load_entry(*e, now_ns, f.last);
-  // What it received since the full read is within the window too (the window's far end moves
-  // little in 2 ms).
-  const std::uint64_t since = f.last.received_ns > f.received_at_full ? f.last.received_ns - f.received_at_full : 0;
-  f.last.window_received_ns = std::min(window + since, window_ns);
-  f.received_at_full = f.last.received_ns;
+  // The window over the history kept from the full read, up to the entry's figure now.
+  f.last.window_received_ns =
+      f.has_history ? std::min(received_over(*reinterpret_cast<const ReceivedHistory*>(f.history.data()),
+                                             f.last.received_ns, now_ns, window_ns),
+                               window_ns)
+                    : 0;
   return true;
 }
 
@@ -206,7 +275,8 @@ void ComputeBoard::read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::
   rescan(now_ns);
   const bool full = now_ns >= full_read_ns_ + kFullReadNs;
   if (full) full_read_ns_ = now_ns;
-  for (File& f : files_) {
+  for (std::size_t i = 0; i < files_.size(); ++i) {
+    File& f = files_[i];
     if (now_ns < f.dormant_until_ns || (!full && f.entry == kAbsent)) continue;
     const bool ok = full || f.entry < 0 ? read_full(f, uuid, now_ns, window_ns) : read_entry(f, uuid, now_ns, window_ns);
     if (!ok) continue;
@@ -214,6 +284,8 @@ void ComputeBoard::read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::
       f.dormant_until_ns = now_ns + kDormantNs;
       continue;  // it asks for nothing: the policy need not know it
     }
+    f.last.board_file = static_cast<int>(i);
+    f.last.entry = f.entry;
     out.push_back(f.last);
   }
 }

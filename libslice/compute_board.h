@@ -1,15 +1,21 @@
 // What the other tenants on one GPU are doing, for the compute scheduler: their effective shares,
 // the device time they received, whether they have work on the device or want it. Read from their
-// tenant files with pread (never a mapping: a tenant that truncates its own file must not fault
-// the readers), and never trusted: a field out of range is clamped, a file that is not a valid
+// tenant files with pread (never loaded through a mapping: a tenant that truncates its own file
+// must not fault the readers; a change of turns is waited for through one, where only the kernel
+// reads the word: wait_for), and never trusted: a field out of range is clamped, a file that is not a valid
 // tenant file is skipped.
 #pragma once
 
+#include <sys/types.h>
+
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "config_values.h"
+#include "coordinator_layout.h"
+#include "futex.h"
 
 namespace slice {
 
@@ -26,9 +32,12 @@ struct TenantCompute {
   bool active = false;                   // has work on the GPU now
   bool wanting = false;                  // has work held back by libslice
   std::uint32_t joined_ms = 0;           // DeviceEntry::joined_ms
+  std::uint32_t turn_seq = 0;            // DeviceEntry::turn_seq, as read
+  std::uint64_t drain_eta_ns = 0;        // DeviceEntry::drain_eta_ns: it yields, done then
+  int board_file = -1;                   // which of the board's files it came from (for wait_for)
+  int entry = -1;                        // and which of its device entries
 };
 
-struct ReceivedHistory;
 // Device time received over the last `window_ns`, from a tenant's shared history (samples at fixed
 // steps, interpolated) and its cumulative total now. Every process computes the same figure for a
 // tenant, whenever it started watching: the scheduler's decisions must agree.
@@ -47,31 +56,48 @@ class ComputeBoard {
   ComputeBoard& operator=(const ComputeBoard&) = delete;
 
   // The tenants other than `self` that use the GPU `uuid`, with what each received over the last
-  // `window_ns`. The folder is listed again when it changed (looked at every 1 ms: a new tenant is
+  // `window_ns`. The folder is listed again when it changed (looked at every 10 ms: a new tenant is
   // seen within that, and has the device within the 100 ms a neighbour has to give it back), and
   // every 100 ms regardless.
   // Cheap enough to call every few hundred microseconds: a tenant's whole start (and its history)
-  // is read every 2 ms; in between only its device entry, one small pread.
+  // is read every 100 ms; in between only its device entry, one small pread (the window's figure
+  // from the history then kept: read_entry).
   void read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns,
             std::vector<TenantCompute>& out);
+  // Sleeps until tenant `t` (a row of the last read) publishes a change of turns on this GPU (it
+  // starts or stops wanting it, or yields it: DeviceEntry::turn_seq), at most `timeout_ns`; at
+  // once if what `t` says is no longer so. The word is waited on through a read-only mapping of the
+  // tenant's file that is never loaded from (the word and the entry are read with pread), so a
+  // tenant that truncates its file cannot fault the waiter (futex.h); `failed` then, and the caller
+  // sleeps on its own.
+  WaitResult wait_for(const TenantCompute& t, std::uint64_t timeout_ns);
+  // From another thread: ends a wait_for under way now (its word's other sleepers, in any
+  // process, wake too, and simply look again).
+  void interrupt();
 
  private:
   void rescan(std::uint64_t now_ns);
   struct File {
     std::string name;
     int fd = -1;
+    ino_t inode = 0;          // a file of that name made anew (slicectl rm, then a new process) is opened again
     int entry = -1;           // its device entry for the GPU last asked about (-1: look for it, -2: none)
-    std::uint64_t received_at_full = 0;
+    // Its history as of the last full read (aligned for the atomics loaded from it).
+    alignas(ReceivedHistory) std::array<unsigned char, sizeof(ReceivedHistory)> history{};
+    bool has_history = false;
     TenantCompute last;       // as of the last full read
     std::uint64_t dormant_until_ns = 0;  // idle with nothing received lately: not read again before
+    void* page = nullptr;     // read-only mapping of the page at `page_offset` (turn_seq words)
+    off_t page_offset = -1;
   };
+  static void unmap(File& f);
   bool read_full(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns);
   bool read_entry(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns);
   std::uint64_t full_read_ns_ = 0;
+  std::atomic<const std::atomic<std::uint32_t>*> waiting_on_{nullptr};  // the word wait_for sleeps on
   // Where tenant files are read into (a member, not thread-local storage, which a preloaded
-  // library keeps small): the header and device entries, one history, one entry.
+  // library keeps small): the header and device entries, one entry.
   std::vector<unsigned char> start_buffer_;
-  std::vector<unsigned char> history_buffer_;
   std::vector<unsigned char> entry_buffer_;
   std::string dir_;
   std::string self_;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "futex.h"
 #include "usage_meter.h"
 
 namespace slice {
@@ -225,12 +226,16 @@ void Coordinator::on_fork_child() {
   members().clear();
 }
 
-void Coordinator::refresh_policy() {
-  std::uint64_t generation = policy_.generation();
+void Coordinator::refresh_policy(std::uint64_t now_ns) {
+  const std::uint64_t generation = policy_.generation(now_ns);
   if (policy_read_.load(std::memory_order_acquire) && generation == policy_generation_.load(std::memory_order_acquire))
-    return;  // the common case: one load here, one in the watcher
+    return;  // the common case: two loads here, one or two in the watcher
+  reread_policy();
+}
+
+void Coordinator::reread_policy() {
   std::lock_guard<std::mutex> lock(policy_mu_);
-  generation = policy_.generation();
+  const std::uint64_t generation = policy_.generation();
   if (policy_read_.load() && generation == policy_generation_.load()) return;  // another thread did it
   const TenantFile& f = tenant_->file();
   Policy p;
@@ -285,9 +290,11 @@ bool Coordinator::reserve(int device, std::uint64_t bytes, Refusal* why) {
     if (why) *why = Refusal{0, 0};
     return false;
   }
-  refresh_policy();  // one load unless an administrator changed a policy
+  // One coarse clock read for both the policy's look-up (without a policy folder) and metering.
+  const std::uint64_t now = coarse_monotonic_ns();
+  refresh_policy(now);  // one load unless an administrator changed a policy
   if (left_.load(std::memory_order_relaxed)) return true;  // exiting: the slot is gone, nothing is charged
-  return ledger_->reserve(entries_[device], bytes, caps_[device].load(std::memory_order_relaxed), why);
+  return ledger_->reserve(entries_[device], bytes, caps_[device].load(std::memory_order_relaxed), why, now);
 }
 
 void Coordinator::release(int device, std::uint64_t bytes) {
@@ -367,11 +374,15 @@ void Coordinator::publish_compute_locked_out(int device) {
     active += (bits & kSlotActive) != 0;
     wanting += (bits & kSlotWanting) != 0;
   }
-  f.devices[e].active_processes.store(active);
-  f.devices[e].wanting_processes.store(wanting);
+  DeviceEntry& entry = f.devices[e];
+  const bool wanted = entry.active_processes.exchange(active) != 0 || entry.wanting_processes.exchange(wanting) != 0;
+  if (wanted != (active != 0 || wanting != 0)) {  // a tenant waiting for the device is woken at once
+    entry.turn_seq.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&entry.turn_seq, true);
+  }
 }
 
-void Coordinator::publish_compute(int device, std::uint32_t flags, bool check_liveness) {
+void Coordinator::publish_compute(int device, std::uint32_t flags, bool check_liveness, bool held) {
   if (forked_ || left_.load(std::memory_order_relaxed)) return;
   TenantFile& f = tenant_->file();
   const int e = entries_[device];
@@ -393,9 +404,27 @@ void Coordinator::publish_compute(int device, std::uint32_t flags, bool check_li
     wanting += (bits & kSlotWanting) != 0;
   }
   if (check_liveness) compute_scan_limit_.store(highest + 1, std::memory_order_relaxed);
-  f.devices[e].active_processes.store(active, std::memory_order_relaxed);
-  f.devices[e].wanting_processes.store(wanting, std::memory_order_relaxed);
+  DeviceEntry& entry = f.devices[e];
+  const std::uint32_t was_active = entry.active_processes.exchange(active, std::memory_order_relaxed);
+  const std::uint32_t was_wanting = entry.wanting_processes.exchange(wanting, std::memory_order_relaxed);
+  const bool wants = active != 0 || wanting != 0, wanted = was_active != 0 || was_wanting != 0;
+  if (active == 0) entry.drain_eta_ns.store(0, std::memory_order_relaxed);  // nothing left to wait for
+  if (wants != wanted || (held && (active != 0) != (was_active != 0))) {
+    // Who waits for the device sleeps on this word until the tenant stops (or starts) wanting it, or
+    // its work ends as it yields: wake them (compute_board.h). Only then, so a busy tenant makes no
+    // system call here, even as its short queue drains and fills.
+    entry.turn_seq.fetch_add(1, std::memory_order_release);
+    futex_wake_all(&entry.turn_seq, true);
+  }
   meter_tick(*tenant_, slot_, e, monotonic_ns());  // metering: memory held without changes, hourly samples
+}
+
+void Coordinator::yield_compute(int device, std::uint64_t drain_eta_ns) {
+  if (forked_ || left_.load(std::memory_order_relaxed)) return;
+  DeviceEntry& entry = tenant_->file().devices[entries_[device]];
+  entry.drain_eta_ns.store(drain_eta_ns, std::memory_order_relaxed);
+  entry.turn_seq.fetch_add(1, std::memory_order_release);
+  futex_wake_all(&entry.turn_seq, true);
 }
 
 std::vector<std::int32_t> Coordinator::live_pids() const {

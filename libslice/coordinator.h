@@ -93,7 +93,13 @@ class Coordinator {
   // Publishes this process's compute state on a device (kSlotActive | kSlotWanting) and recounts the
   // tenant's active and wanting processes from the slots; `check_liveness` also clears the flags of
   // slots whose process is gone (a system call per flagged slot: now and then, not every time).
-  void publish_compute(int device, std::uint32_t flags, bool check_liveness);
+  // `held`: this process's launches are held back (it yields the device): its work ending then is a
+  // change of turns, and the tenants waiting for the device are woken (DeviceEntry::turn_seq).
+  void publish_compute(int device, std::uint32_t flags, bool check_liveness, bool held = false);
+  // This process has just started holding its launches back, its queued work due to be done at
+  // `drain_eta_ns` (0: none left): the tenants waiting for the device are woken
+  // (DeviceEntry::turn_seq) to look again, or to sleep until shortly before then.
+  void yield_compute(int device, std::uint64_t drain_eta_ns);
   ReceivedHistory& received_history(int device) { return tenant_->file().history[entries_[device]]; }
   const std::string& dir() const { return dir_; }
 
@@ -110,7 +116,8 @@ class Coordinator {
   bool claim_slot(std::string& error);
   void publish_compute_locked_out(int device);  // this process leaving: its flags gone, counts without it
   int entry_for(const DeviceInfo& d, std::string& error);
-  void refresh_policy();
+  void refresh_policy(std::uint64_t now_ns = 0);  // `now_ns`: coarse_monotonic_ns(), if the caller has it
+  [[gnu::noinline]] void reread_policy();          // refresh_policy's work, when the generation changed
 
   std::unique_ptr<TenantFileHandle> tenant_;
   std::unique_ptr<MemoryLedger> ledger_;

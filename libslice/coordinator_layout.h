@@ -21,8 +21,9 @@
 namespace slice {
 
 constexpr std::uint32_t kTenantMagic = 0x544c4353;  // "SCLT"
-// 2: IPC exports, compute; 3: usage records; 4: 4096 IPC exports, withdrawn at free; overhead
-constexpr std::uint32_t kTenantVersion = 4;
+// 2: IPC exports, compute; 3: usage records; 4: 4096 IPC exports, withdrawn at free; overhead;
+// 5: DeviceEntry::turn_seq
+constexpr std::uint32_t kTenantVersion = 5;
 constexpr int kMaxDevices = 16;           // distinct GPUs (by UUID) a tenant can use
 constexpr int kMaxProcesses = 1024;       // process slots per tenant
 constexpr int kMaxTenants = 256;          // tenants listed per device by the tools (more may exist)
@@ -66,7 +67,8 @@ struct DeviceEntry {
   // processes racing can never together pass it.
   std::atomic<std::uint64_t> used;
   // Compute: written by the tenant's own processes, read by every process on the GPU (with pread,
-  // never a mapping: a file its tenant truncated must not fault a reader).
+  // never loaded through a mapping: a file its tenant truncated must not fault a reader; turn_seq
+  // is also waited on through one, where only the kernel reads it: futex.h).
   std::atomic<std::uint64_t> received_ns;       // device time the tenant received here, cumulative
   // Its live processes with work on this GPU now / with work held back by libslice: counted from
   // the slots' compute flags by the tenant's own watchers, so a process that dies drops out.
@@ -84,6 +86,15 @@ struct DeviceEntry {
   // written): a high-priority newcomer counts as present before its first kernel, so lower tenants
   // shorten their queues before its first request rather than after it.
   std::atomic<std::uint32_t> joined_ms;
+  // Bumped, and its sleepers woken (a futex: futex.h), when the tenant starts or stops wanting the
+  // device (active or wanting processes), starts yielding it, or its work ends as it yields. A
+  // tenant waiting for the device sleeps on it instead of reading this file again and again.
+  std::atomic<std::uint32_t> turn_seq;
+  std::uint32_t reserved2;
+  // While the tenant yields the device with work still queued: when that work should be done
+  // (monotonic ns; 0 otherwise). The tenant next in line sleeps until shortly before, then looks
+  // closely, so that the device idles as little as possible at the change of turns.
+  std::atomic<std::uint64_t> drain_eta_ns;
 };
 
 // Milliseconds of the monotonic clock, as joined_ms stores them (wraps every 49 days; compare by
@@ -201,6 +212,11 @@ struct TenantFile {
   UsageRecord usage[kMaxDevices];        // per device entry: metering (kept after the processes exit)
 };
 
+// The layout every process of a machine shares (kTenantVersion names it): the words a futex waits
+// on 4-aligned, the 8-byte counters 8-aligned.
+static_assert(sizeof(DeviceEntry) == 200 && alignof(DeviceEntry) == 8, "DeviceEntry's layout is kTenantVersion's");
+static_assert(offsetof(DeviceEntry, turn_seq) == 184 && offsetof(DeviceEntry, drain_eta_ns) == 192,
+              "DeviceEntry's layout is kTenantVersion's");
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free, "shared counters must be lock-free");
 static_assert(std::atomic<std::uint32_t>::is_always_lock_free, "shared counters must be lock-free");
 

@@ -7,6 +7,8 @@
 #                         compare before and after a change in one sitting)
 #   BENCH_PARTS=shim      only the with/without libslice comparison (not the simulator's,
 #                         the coordinator's or the compute shares' benchmarks)
+#   BENCH_PARTS=instructions  only the instructions libslice executes per call (callgrind, with
+#                         tests/bench/shim_instructions.py; needs valgrind), which the default runs too
 # Then tests/bench/compute_bench.py measures the compute shares (a few minutes); its timeline goes to
 # BUILD/bench/shares.csv and, drawn by tests/bench/shares.gnuplot, BUILD/bench/shares.png
 # (docs/shares.png is a copy of it).
@@ -46,11 +48,15 @@ idle_pid=
 trap 'if [ -n "$idle_pid" ]; then kill "$idle_pid" 2>/dev/null; fi; rm -rf "$work"' EXIT
 export SIMGPU_STATE="$work/simgpu-state" SLICE_COORDINATOR_DIR="$work/coordinator"
 parts=${BENCH_PARTS:-all}
-[[ "$parts" = all || "$parts" = shim ]] || { echo "bench: BENCH_PARTS must be all or shim, not '$parts'"; exit 2; }
+[[ "$parts" = all || "$parts" = shim || "$parts" = instructions ]] ||
+  { echo "bench: BENCH_PARTS must be all, shim or instructions, not '$parts'"; exit 2; }
 if [ "$parts" = all ]; then
   "$build/bin/simgpu_bench"
   echo
   "$build/bin/coordinator_bench"
+  echo
+  # What a compute watcher's look at the GPU costs, by the number of tenants on it (issue 15).
+  SLICE_COORDINATOR_DIR="$work/board" "$build/bin/board_bench"
   echo
 fi
 
@@ -66,6 +72,21 @@ bench=$build/bin/shim_bench
 for f in "$slice" "$bench"; do
   [ -e "$f" ] || { echo "bench: $f is missing (build the slice_shim and shim_bench targets)"; exit 1; }
 done
+
+# ---- Instructions per call: tests/bench/shim_instructions.py, under callgrind (valgrind) ----
+# Host times on a shared machine move from run to run; the instructions libslice executes per call
+# (with what it calls in libc and the driver, less the simulator's own work) do not.
+if [ "$parts" != shim ]; then
+  if command -v valgrind >/dev/null; then
+    for mode in alloc launch; do
+      python3 tests/bench/shim_instructions.py --build "$build" --libslice "$slice" --mode "$mode"
+    done
+  else
+    echo "bench: valgrind is not installed, so no instruction counts (apt-get install valgrind)"
+  fi
+  echo
+  [ "$parts" = instructions ] && exit 0
+fi
 export SLICE_MEMORY_LIMIT=16Gi SLICE_TENANT=bench
 
 # The figures mean something only if the program's calls reach libslice's exports.
@@ -138,9 +159,9 @@ import statistics, sys
 from collections import defaultdict
 
 rows = [  # name, operation, target (ns, or None)
-    ("launch", "cuLaunchKernel (empty kernel, batches of 1000)", 50),
+    ("launch", "cuLaunchKernel (empty kernel, batches of 1000)", 20),  # issue 15
     ("launch_share", "cuLaunchKernel, share 50, an idle 2nd tenant", 100),
-    ("alloc_free", "cuMemAlloc_v2 + cuMemFree_v2, 4 KiB .. 1 MiB", 1000),
+    ("alloc_free", "cuMemAlloc_v2 + cuMemFree_v2, 4 KiB .. 1 MiB", 150),  # issue 15
     ("free_10k_live", "cuMemFree_v2, 10,000 live allocations", 1000),
     ("alloc_10k_live", "cuMemAlloc_v2, 10,000 live allocations", 1000),
     ("startup_first_alloc", "start-up until the first cuMemAlloc_v2 returned", None),
@@ -200,6 +221,13 @@ echo
 for f in "$build/bin/simgpu-load" "$build/bin/simgpu-stat" "$build/simgpu"; do
   [ -e "$f" ] || { echo "bench: $f is missing (build the simgpu-load and simgpu-stat targets)"; exit 1; }
 done
+
+# ---- CPU per process: tests/bench/cpu_bench.py, with and without libslice (about 2 minutes) ----
+# 1, 2 and 8 busy tenants and an idle joined process; every thread's CPU (user and system, from
+# /proc/PID/task/*/schedstat) over 5 s of steady state, 3 rounds alternating with and without.
+SIMGPU_STATE="$work/cpu-simgpu" SLICE_COORDINATOR_DIR="$work/cpu-coordinator" \
+  python3 tests/bench/cpu_bench.py "$build" "$slice" 5 3
+echo
 mkdir -p "$build/bench"
 csv=$build/bench/shares.csv png=$build/bench/shares.png
 # A simulator of its own and a folder for its coordinators (one per section); the script passes on

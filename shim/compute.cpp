@@ -1,5 +1,6 @@
 #include "compute.h"
 
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "capture.h"
 #include "compute_board.h"
 #include "crash_handler.h"
+#include "futex.h"
 #include "coordinator_layout.h"
 #include "log.h"
 #include "reconcile.h"
@@ -19,12 +21,31 @@
 namespace slice::shim {
 namespace {
 
-// How often the watcher looks while this process has work or waits (faster while it drains for
-// someone else: the gap between two tenants' turns is the device idling).
-constexpr std::uint64_t kTickNs = 500'000;         // has work, holds its turn
-constexpr std::uint64_t kWaitTickNs = 100'000;     // a thread waits at the gate for its turn
-constexpr std::uint64_t kDrainTickNs = 50'000;     // drains, for someone else: the device idles meanwhile
-constexpr std::uint64_t kIdleTickNs = 2'000'000;
+// When the watcher looks again. It sleeps in between (a futex, woken early by what it waits for),
+// so these are upper bounds, not polling rates.
+constexpr std::uint64_t kBusyMaxNs = 10'000'000;      // has work, nobody else wants the device
+constexpr std::uint64_t kDecideNs = 5'000'000;        // holds its turn while others want the device
+                                                      // (turns last tens of ms: SharePolicy)
+constexpr std::uint64_t kDrainPollNs = 20'000;        // drains for someone else, past when it should
+                                                      // be done: the device idles until this is seen
+constexpr std::uint64_t kDrainPollMaxNs = 50'000;     // ... at least this often, however late
+constexpr std::uint64_t kDrainMaxNs = 2'000'000;      // sleeps at most this long before that
+constexpr std::uint64_t kTurnWaitNs = 5'000'000;      // held while another tenant wants the device
+constexpr std::uint64_t kCrossedNs = 200'000;         // held, and nobody wants the device
+constexpr std::uint64_t kHandoverLeadNs = 100'000;    // looks closely from this long before the
+                                                      // holder's queue should be done
+constexpr std::uint64_t kRecentNs = 100'000'000;      // idle this long after work: looks every...
+constexpr std::uint64_t kRecentTickNs = 2'000'000;    // ... 2 ms, so short requests are seen
+constexpr std::uint64_t kDeepIdleNs = 100'000'000;    // idle longer: woken by the next launch
+// A thread at a closed gate sleeps until the watcher opens it, looking again at least every
+// kClosedLookNs all the same (a wake-up lost to a bug must not hold a launch for long). One at an
+// open gate, held by its queue's length, sleeps until its work should be done, then looks itself
+// whether it is, every kDrainPollNs; before that, at least every kGateLookNs too, in case the
+// measure of a launch's cost is too high (the device would idle from the drain until the thread
+// looks). Longer looks, or looks spaced further apart once late, cost the device 3-5% of its time
+// on the simulated GPU with three or more tenants, for a few tenths of a point of a core.
+constexpr std::uint64_t kGateLookNs = 2'000'000;
+constexpr std::uint64_t kClosedLookNs = 10'000'000;
 // How long a launch may be held at a closed gate before it goes anyway: no wait without an end.
 constexpr std::uint64_t kGateDeadlineNs = 2'000'000'000;
 // Work this process may queue ahead when others want the device, in device time.
@@ -36,19 +57,55 @@ std::uint64_t monotonic_ns() {
   return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
 }
 
-void sleep_ns(std::uint64_t ns) {
-  timespec ts{static_cast<time_t>(ns / 1'000'000'000ull), static_cast<long>(ns % 1'000'000'000ull)};
-  nanosleep(&ts, nullptr);
-}
-
 int rank(Priority p) { return p == Priority::high ? 2 : p == Priority::normal ? 1 : 0; }
 
+// The gate may have opened: its sleepers look again.
+void wake_gate(ComputeLane& lane) {
+  // Sequentially consistent, as the waiter's count and load of the word are: either it sees the
+  // new word (and does not sleep) or this sees it counted (and wakes it).
+  lane.gate_seq.fetch_add(1);
+  if (lane.waiting.load() != 0) futex_wake_all(&lane.gate_seq, false);
+}
+
+// When this lane's queued work should be done: launches since the drain, at the measured cost of
+// one, from when the first of them was queued. 0 when there is no measure yet.
+std::uint64_t expected_drain_ns(const ComputeLane& lane, std::uint32_t launched) {
+  const std::uint64_t per = lane.per_launch_ns.load(std::memory_order_relaxed);
+  const std::uint64_t start = lane.cycle_start_ns.load(std::memory_order_relaxed);
+  if (per == 0 || start == 0) return 0;
+  return start + per * launched;
+}
+
 }  // namespace
+
+void WatcherSignal::wake() {
+  seq.fetch_add(1, std::memory_order_release);
+  futex_wake_all(&seq, false);
+}
+
+struct Compute::Next {
+  std::uint64_t at = ~0ull;                  // look again then at the latest
+  const TenantCompute* wait_on = nullptr;    // meanwhile sleep on this tenant's turn_seq
+  bool deep_idle = true;                     // nothing to do: a launch wakes the watcher
+  void merge(const Next& n) {
+    if (n.at < at) {
+      at = n.at;
+      wait_on = n.wait_on;
+    }
+    deep_idle = deep_idle && n.deep_idle;
+  }
+};
 
 struct Compute::Watch {
   struct Lane {
     std::uint64_t liveness_checked_ns = 0;
     bool was_active = false;          // over the step that ends now
+    // The last decision: when the next is due, and what it saw (a look in between that finds the
+    // queue not yet done only looks again, below).
+    std::uint64_t decide_at = 0;
+    bool decided_wanting = false;
+    bool decided_open = false;
+    std::uint64_t last_active_ns = 0;  // when it last had work
     DeviceTimeEstimator estimate;     // what this process received there
     std::vector<TenantCompute> board_rows;
     CUcontext current = nullptr;       // what the watcher thread has made current
@@ -62,7 +119,9 @@ struct Compute::Watch {
 
 Compute::Compute(Session& s)
     : session_(s), lanes_(new ComputeLane[std::max<std::size_t>(s.devices.size(), 1)]),
-      watch_(std::make_unique<Watch>(s.config.coordinator_dir, s.config.tenant, std::max<std::size_t>(s.devices.size(), 1))) {}
+      watch_(std::make_unique<Watch>(s.config.coordinator_dir, s.config.tenant, std::max<std::size_t>(s.devices.size(), 1))) {
+  for (std::size_t d = 0; d < std::max<std::size_t>(s.devices.size(), 1); ++d) lanes_[d].watcher = &signal_;
+}
 
 Compute::~Compute() { stop(); }
 
@@ -79,33 +138,63 @@ void Compute::use(int device) {
 
 void Compute::stop() {
   if (stop_.exchange(true)) return;
+  signal_.wake();  // out of its sleep, on its own word ...
+  watch_->board.interrupt();  // ... or on another tenant's
   if (watcher_.joinable()) watcher_.join();
 }
 
 void Compute::run() {
   load_crash_unwinder();  // off the start-up path: see crash_handler.h
+  // Its sleeps end when the device changes hands: the kernel's default timer slack (50 us) would
+  // add that much idle device time to every hand-over. This thread is ours to set.
+  prctl(PR_SET_TIMERSLACK, 1ul, 0ul, 0ul, 0ul);
   // This thread's calls must never count against another thread's capture: in the relaxed mode only
   // what necessarily conflicts with a capture is prohibited to it (and that it never does: capture.h).
   CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
   if (const auto exchange = SLICE_REAL_CU(cuThreadExchangeStreamCaptureMode)) exchange(&relaxed);
   while (!stop_.load(std::memory_order_relaxed)) {
+    // Read before looking: a launch or a waiter that comes after the look changes it, and the sleep
+    // below then ends at once.
+    const std::uint32_t seq = signal_.seq.load(std::memory_order_acquire);
     const std::uint64_t now = monotonic_ns();
     capture_forget_ended();
     for (std::size_t d = 0; d < session_.devices.size(); ++d) reconcile(session_, static_cast<int>(d), kReconcileTickNs);
-    bool busy = false, draining = false, waiting = false;
+    Next next;
+    next.at = now + kDeepIdleNs;
     for (std::size_t d = 0; d < session_.devices.size(); ++d) {
-      ComputeLane& lane = lanes_[d];
-      if (!lane.used.load(std::memory_order_acquire)) continue;
-      tick(static_cast<int>(d), now);
-      busy |= lane.since_drain.load(std::memory_order_relaxed) != 0 || lane.waiting.load(std::memory_order_relaxed) != 0;
-      draining |= lane.since_drain.load(std::memory_order_relaxed) != 0 && !lane.open.load(std::memory_order_relaxed);
-      waiting |= lane.waiting.load(std::memory_order_relaxed) != 0;
+      if (!lanes_[d].used.load(std::memory_order_acquire)) continue;
+      next.merge(tick(static_cast<int>(d), now));
     }
-    sleep_ns(draining ? kDrainTickNs : waiting ? kWaitTickNs : busy ? kTickNs : kIdleTickNs);
+    if (stop_.load(std::memory_order_relaxed)) break;
+    const std::uint64_t timeout = next.at > now ? next.at - now : 0;
+    if (timeout == 0) continue;
+    if (next.wait_on != nullptr) {
+      // Another tenant's word, never for long (what it publishes is not to be trusted, and this
+      // process's heartbeats must stay fresh): woken by its change of turns, or it looks again.
+      if (watch_->board.wait_for(*next.wait_on, std::min(timeout, kTurnWaitNs)) != WaitResult::failed) continue;
+    }
+    if (next.deep_idle) {
+      // Said before the sleep, then the lanes looked at again (both sequentially consistent, as
+      // gate_leave's count and load are): a first launch either sees it and wakes this thread, or
+      // is seen here.
+      signal_.deep_idle.store(true);
+      if (lanes_busy()) {
+        signal_.deep_idle.store(false);
+        continue;
+      }
+    }
+    futex_wait(&signal_.seq, seq, timeout, false);
+    signal_.deep_idle.store(false, std::memory_order_relaxed);
   }
 }
 
-void Compute::tick(int device, std::uint64_t now) {
+bool Compute::lanes_busy() const {
+  for (std::size_t d = 0; d < std::max<std::size_t>(session_.devices.size(), 1); ++d)
+    if (lanes_[d].since_drain.load() != 0 || lanes_[d].waiting.load() != 0) return true;
+  return false;
+}
+
+Compute::Next Compute::tick(int device, std::uint64_t now) {
   ComputeLane& lane = lanes_[device];
   Watch::Lane& w = watch_->lanes[device];
   Coordinator& c = *session_.coordinator;
@@ -116,11 +205,48 @@ void Compute::tick(int device, std::uint64_t now) {
   const std::uint32_t launched = lane.since_drain.load(std::memory_order_acquire);
   const bool active = launched != 0;
   const bool wanting = lane.waiting.load(std::memory_order_acquire) != 0;
+  if (active || wanting) w.last_active_ns = now;
+  if (!active && !wanting && !w.was_active) {
+    // Idle now and over the step that ends: nothing received, nothing to decide. The flags are
+    // published (the others see it gone at once) and the process checked on now and then.
+    const bool check_liveness = now >= w.liveness_checked_ns + 100000000;
+    if (check_liveness) w.liveness_checked_ns = now;
+    c.publish_compute(device, 0, check_liveness);
+    w.estimate.step(now, false, 1);
+    Next next;
+    next.deep_idle = now >= w.last_active_ns + kRecentNs;
+    next.at = now + (next.deep_idle ? kDeepIdleNs : kRecentTickNs);
+    return next;
+  }
+
+  // When the queue should be done; until then (no later than `latest`) the watcher sleeps, from then
+  // on it looks every `poll`, twice as long each time it was not done (up to kDrainPollMaxNs: work
+  // that shares the device with another tenant's takes longer than its measure). Without a measure
+  // yet (no drain seen), every `poll`.
+  const std::uint64_t drain_at = active ? expected_drain_ns(lane, launched) : 0;
+  const auto until_drain = [&](std::uint64_t poll, std::uint64_t latest) {
+    const std::uint32_t missed = std::min<std::uint32_t>(lane.drain_polls.load(std::memory_order_relaxed), 16);
+    const std::uint64_t every = std::min<std::uint64_t>(poll << missed, std::max(poll, kDrainPollMaxNs));
+    return drain_at <= now + every ? now + every : std::min(drain_at, now + latest);
+  };
+  // A look between decisions that finds the queue not yet done, and nothing else changed that the
+  // others see (still active, the same threads held or not): only the next look is set. No board is
+  // read and nothing published: a tenant draining its queue looks every few tens of microseconds
+  // near the end, and each look must cost little.
+  // (Only while it yields: a tenant that has the device decides at each look, so that its turn
+  // ends on time.)
+  if (active && w.was_active && !w.decided_open && now < w.decide_at && wanting == w.decided_wanting) {
+    Next next;
+    next.deep_idle = false;
+    next.at = std::min(until_drain(kDrainPollNs, kDrainMaxNs), w.decide_at);
+    return next;
+  }
 
   // 2. Publish it for the others, and credit the step that ends now.
   const bool check_liveness = now >= w.liveness_checked_ns + 100000000;
   if (check_liveness) w.liveness_checked_ns = now;
-  c.publish_compute(device, (active ? kSlotActive : 0) | (wanting ? kSlotWanting : 0), check_liveness);
+  c.publish_compute(device, (active ? kSlotActive : 0) | (wanting ? kSlotWanting : 0), check_liveness,
+                    !lane.open.load(std::memory_order_relaxed));
   if (active) entry.active_heartbeat_ns.store(now, std::memory_order_relaxed);
   if (wanting) entry.wanting_heartbeat_ns.store(now, std::memory_order_relaxed);
   const Coordinator::ComputeSettings settings = c.publish_compute_settings(device);
@@ -164,8 +290,23 @@ void Compute::tick(int device, std::uint64_t now) {
     const std::uint64_t per = std::max<std::uint64_t>(lane.per_launch_ns.load(std::memory_order_relaxed), 1);
     budget = higher_present ? 1 : static_cast<std::uint32_t>(std::clamp<std::uint64_t>(kQueueAheadNs / per, 1, 64));
   }
+  const bool open = verdict == Verdict::run;
+  // Threads at the gate are woken only when they may go: it opened, or, open, it lets more in.
+  const bool opened = open && (!lane.open.load(std::memory_order_relaxed) ||
+                               budget > lane.budget.load(std::memory_order_relaxed));
+  // Closing: a change of turns. Those who wait for it are woken now, told when what this process
+  // still has queued should be done (they look closely from shortly before). Opening: nothing to
+  // wait for any more.
+  const bool closing = !open && lane.open.load(std::memory_order_relaxed);
   lane.budget.store(budget, std::memory_order_relaxed);
-  lane.open.store(verdict == Verdict::run, std::memory_order_release);
+  lane.open.store(open, std::memory_order_release);
+  if (closing) {
+    const std::uint64_t eta = expected_drain_ns(lane, launched);
+    c.yield_compute(device, !active ? 0 : eta > now ? eta : now + kDrainPollNs);
+  } else if (opened && open) {
+    entry.drain_eta_ns.store(0, std::memory_order_relaxed);
+  }
+  if (opened) wake_gate(lane);
   if (log::enabled(LogLevel::trace) && now >= w.traced_ns + 1'000'000'000) {
     w.traced_ns = now;
     std::string line = "compute GPU " + std::to_string(device) + ": received " +
@@ -180,6 +321,70 @@ void Compute::tick(int device, std::uint64_t now) {
               (others[i].active ? " active" : "") + (w.board_rows[i].wanting ? " wanting" : "");
     log::write(LogLevel::trace, line);
   }
+
+  // 4. When to look again.
+  w.decide_at = now + kDecideNs;
+  w.decided_wanting = wanting;
+  w.decided_open = open;
+  Next next;
+  next.deep_idle = false;
+  if (!active && !wanting) {
+    // Nothing of ours on the device, nobody waiting at the gate: whatever the verdict, nothing to
+    // watch until work comes (the launch that brings it wakes a deep sleep).
+    if (now < w.last_active_ns + kRecentNs) {
+      next.at = now + kRecentTickNs;  // between requests: the next one is seen when it starts
+    } else {
+      next.at = now + kDeepIdleNs;
+      next.deep_idle = true;
+    }
+  } else if (!open && active) {
+    // Drains for someone else: the device idles from the drain until this is seen.
+    next.at = until_drain(kDrainPollNs, kDrainMaxNs);
+  } else if (!open) {
+    // Held back, nothing of ours on the device: until the tenant that has the device publishes a
+    // change (its work ends: a futex), or the next decision. A limit moves with the window only.
+    // With nobody on the device (the others' figures and ours crossed), soon: it idles meanwhile.
+    const TenantCompute* holder = nullptr;
+    const TenantCompute* wanter = nullptr;
+    for (const TenantCompute& t : w.board_rows) {
+      if (t.active && holder == nullptr) holder = &t;
+      if (t.wanting && wanter == nullptr) wanter = &t;
+    }
+    const bool handover_soon = holder != nullptr && holder->drain_eta_ns != 0 && now + kHandoverLeadNs >= holder->drain_eta_ns &&
+                               now < holder->drain_eta_ns + kDrainMaxNs;
+    if (verdict == Verdict::hold_for_limit) {
+      next.at = now + kDecideNs;
+    } else if (handover_soon) {
+      // The holder's queue should be done about now, and it wakes this thread when it is.
+      next.at = now + kDrainPollMaxNs * 4;
+      next.wait_on = holder;
+    } else if (holder != nullptr && holder->drain_eta_ns != 0 && holder->drain_eta_ns > now) {
+      // It yields: until shortly before its queue should be done (or it changes), but no longer
+      // than a turn's wait (the figure is another process's: run() bounds the sleep).
+      next.at = std::min(holder->drain_eta_ns - kHandoverLeadNs, now + kTurnWaitNs);
+      next.wait_on = holder;
+    } else if (holder != nullptr || wanter != nullptr) {
+      // Another tenant has the device, or takes it back after its short queue drained (it still
+      // wants it): at the next decision, or when it no longer wants the device (its word changes
+      // only then: coordinator_layout.h), whichever is first.
+      next.at = now + kTurnWaitNs;
+      next.wait_on = holder != nullptr ? holder : wanter;
+    } else {
+      next.at = now + kCrossedNs;
+    }
+  } else if (active && wanting) {
+    // Has the device, and threads wait for its short queue to drain: they look for the drain
+    // themselves (gate_enter); this only decides, and looks in case they cannot (another context).
+    next.at = now + kDecideNs;
+  } else if (active) {
+    // Has the device: when its work should be done (to see the drain soon), and, while others want
+    // the device, at the next decision.
+    const std::uint64_t latest = contended ? kDecideNs : kBusyMaxNs;
+    next.at = drain_at == 0 ? now + latest : until_drain(latest / 4, latest);
+  } else {
+    next.at = now + kDecideNs;  // open, and threads still at the gate: they go at once
+  }
+  return next;
 }
 
 bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
@@ -203,6 +408,12 @@ bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
                                                : SLICE_REAL_CU(cuStreamQuery)(it->stream);
       if (rc == CUDA_ERROR_NOT_READY) {
         all_done = false;
+        // A look at or after when the work should have been done that finds it not done: the
+        // measure is too low (the drain found next is then measured). Looks before that time (the
+        // watcher's, deciding) say nothing of the measure: counted, an estimate too high would never
+        // fall, and the device would idle longer at each drain.
+        const std::uint64_t due = expected_drain_ns(lane, launched);
+        if (due == 0 || monotonic_ns() >= due) lane.drain_polls.fetch_add(1, std::memory_order_relaxed);
         return;
       }
       if (rc != CUDA_SUCCESS) {  // an error of the work itself: nothing more will finish there
@@ -218,7 +429,19 @@ bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
   // the lane busy (the exchange fails).
   if (!lane.since_drain.compare_exchange_strong(launched, 0)) return false;
   const std::uint64_t start = lane.cycle_start_ns.load(std::memory_order_relaxed), now = monotonic_ns();
-  if (start != 0 && now > start) lane.per_launch_ns.store((now - start) / launched, std::memory_order_relaxed);
+  const std::uint32_t polls = lane.drain_polls.exchange(0, std::memory_order_relaxed);
+  if (start != 0 && now > start) {
+    // The watcher looks when this figure says the work should be done. Found done at the first look,
+    // it may have been done long before (the device idling meanwhile): the figure is too high, and
+    // taken as measured it would never fall. So it falls by a quarter (a figure raised while the
+    // device was shared with another tenant's queue comes back down within a few drains; one that
+    // falls too low costs a few looks). Found done only after looks that came too early, the drain
+    // was seen within one look's interval: measured, it is right.
+    const std::uint64_t measured = (now - start) / launched, before = lane.per_launch_ns.load(std::memory_order_relaxed);
+    lane.per_launch_ns.store(before == 0 || polls != 0 ? measured : std::min(measured, before - before / 4),
+                             std::memory_order_relaxed);
+  }
+  wake_gate(lane);  // threads held by the queue's length may go
   return true;
 }
 
@@ -275,14 +498,32 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
     return lane.since_drain.load(std::memory_order_relaxed) >= lane.budget.load(std::memory_order_relaxed);
   };
   if (!lane.open.load(std::memory_order_acquire) || over_budget()) {
-    lane.waiting.fetch_add(1);
+    // The first thread to wait wakes the watcher: at a closed gate, it publishes that this tenant
+    // wants the device; at an open one (its queue refills), it decides again, so that a turn ends
+    // at a refill rather than a queue later.
+    if (lane.waiting.fetch_add(1) == 0) lane.watcher->wake();
+    // The application's thread sleeps here in steps of tens of us, each of which the default timer
+    // slack (50 us) would lengthen, the device idling meanwhile: tight while it waits, its own after.
+    const int slack = prctl(PR_GET_TIMERSLACK, 0ul, 0ul, 0ul, 0ul);
+    if (slack > 1) prctl(PR_SET_TIMERSLACK, 1ul, 0ul, 0ul, 0ul);
     const std::uint64_t deadline = monotonic_ns() + kGateDeadlineNs;
-    while ((!lane.open.load(std::memory_order_acquire) || over_budget()) && monotonic_ns() < deadline) {
-      if (lane.open.load(std::memory_order_acquire) && over_budget() &&
-          poll_drain(lane, reinterpret_cast<CUcontext>(ctx.key), nullptr))
-        continue;
-      sleep_ns(20'000);
+    for (std::uint64_t now = monotonic_ns(); now < deadline; now = monotonic_ns()) {
+      const std::uint32_t seq = lane.gate_seq.load();  // sequentially consistent: wake_gate
+      const bool open = lane.open.load(std::memory_order_acquire);
+      if (open && !over_budget()) break;
+      // Closed: until the watcher opens it. Open but queued deep enough: until its work should be
+      // done, then it looks itself (the device idles from the drain until it is seen, and this
+      // thread, seeing it, launches at once). As kGateLookNs and kClosedLookNs say.
+      std::uint64_t timeout = std::min(deadline - now, kClosedLookNs);
+      if (open) {
+        const std::uint64_t drain_at = expected_drain_ns(lane, lane.since_drain.load(std::memory_order_relaxed));
+        timeout = std::min(timeout, drain_at > now + kDrainPollNs ? std::min(drain_at - now, kGateLookNs) : kDrainPollNs);
+      }
+      if (futex_wait(&lane.gate_seq, seq, timeout, false) != WaitResult::timed_out) continue;
+      if (lane.open.load(std::memory_order_acquire) && over_budget())
+        poll_drain(lane, reinterpret_cast<CUcontext>(ctx.key), nullptr);
     }
+    if (slack > 1) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0ul, 0ul, 0ul);
     lane.waiting.fetch_sub(1);
   }
   return {&lane, per_thread ? last.event : nullptr};
@@ -291,9 +532,14 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
 void gate_leave(const GateTicket& ticket, CUresult rc) {
   if (ticket.lane == nullptr || rc != CUDA_SUCCESS) return;
   if (ticket.event != nullptr) SLICE_REAL_CU(cuEventRecord)(ticket.event, CU_STREAM_PER_THREAD);
-  // The first launch after a drain starts the clock the launch cost is measured with.
-  if (ticket.lane->since_drain.fetch_add(1, std::memory_order_release) == 0)
+  // The first launch after a drain starts the clock the launch cost is measured with, and wakes the
+  // watcher if it sleeps long (idle): it must see this work and publish it.
+  // Sequentially consistent, as the watcher's word and look are (Compute::run).
+  if (ticket.lane->since_drain.fetch_add(1) == 0) {
     ticket.lane->cycle_start_ns.store(monotonic_ns(), std::memory_order_relaxed);
+    WatcherSignal& w = *ticket.lane->watcher;
+    if (w.deep_idle.load() && w.deep_idle.exchange(false)) w.wake();
+  }
 }
 
 void forget_targets(Session& s, CUstream stream, CUcontext context) {

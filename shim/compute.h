@@ -3,8 +3,11 @@
 // whether the gate is open.
 //
 // The launch path costs a few loads and one atomic add: no lock, no system call, unless the gate is
-// closed (then the launching thread waits, never past a deadline). The watcher starts at the first
-// launch, so a process that only allocates memory pays nothing. Per device it:
+// closed (then the launching thread sleeps until the watcher opens it, never past a deadline). The
+// watcher starts at the first launch, so a process that only allocates memory pays nothing. It
+// sleeps until what it must look at next: the moment this process's queued work should be done,
+// a change of the tenant that holds the device (a futex on its DeviceEntry::turn_seq), the next
+// decision while others want the device, or, idle, a launch. Per device it:
 //  - learns when this process has work on the device: launches since it was last idle, and
 //    cuStreamQuery of the streams they went to (or an event, for per-thread default streams, which
 //    another thread cannot query);
@@ -30,8 +33,18 @@ namespace slice::shim {
 
 struct Session;
 
+// How the launch path wakes the watcher: it bumps `seq` (a futex) when the watcher said it sleeps
+// long (`deep_idle`: nothing to do) and work starts, or when a thread comes to a closed gate.
+struct WatcherSignal {
+  std::atomic<std::uint32_t> seq{0};
+  std::atomic<bool> deep_idle{false};
+  void wake();
+};
+
 // One device of this process.
 struct ComputeLane {
+  WatcherSignal* watcher = nullptr;                 // the process's watcher, to wake it
+  std::atomic<std::uint32_t> gate_seq{0};           // bumped when the gate may have opened (a futex)
   std::atomic<bool> open{true};                     // the policy lets this process submit
   std::atomic<std::uint32_t> budget{~0u};           // launches that may be queued before a drain
   std::atomic<std::uint32_t> since_drain{0};        // launches submitted since it last had no work
@@ -39,6 +52,7 @@ struct ComputeLane {
   std::atomic<bool> used{false};                    // a launch came here: the watcher looks after it
   std::atomic<std::uint64_t> cycle_start_ns{0};     // when since_drain last went from 0 to 1
   std::atomic<std::uint64_t> per_launch_ns{0};      // device time a launch took, as last measured
+  std::atomic<std::uint32_t> drain_polls{0};        // looks since the last drain that found work left
   struct Target {
     CUcontext context = nullptr;
     CUstream stream = nullptr;  // queried with cuStreamQuery...
@@ -67,9 +81,12 @@ class Compute {
 
  private:
   struct Watch;  // the watcher's own state (compute.cpp)
+  struct Next;  // when the watcher looks again, and at whom it waits meanwhile
   void run();
-  void tick(int device, std::uint64_t now_ns);
+  Next tick(int device, std::uint64_t now_ns);
+  bool lanes_busy() const;  // work queued or a thread at the gate, on any device
   Session& session_;
+  WatcherSignal signal_;
   std::unique_ptr<ComputeLane[]> lanes_;
   std::unique_ptr<Watch> watch_;
   std::once_flag started_;

@@ -1,7 +1,15 @@
-// The compute board, as another tenant's scheduler sees a tenant: here, that a tenant which just
-// joined a GPU is visible with its priority before it has run anything (a high-priority server's
-// first requests must not wait behind deep queues), and drops out as dormant once the window passed.
+// The compute board, as another tenant's scheduler sees a tenant: that a tenant which just joined a
+// GPU is visible with its priority before it has run anything (a high-priority server's first
+// requests must not wait behind deep queues), and drops out as dormant once the window passed; that a
+// waiter sleeping on a tenant's word (wait_for) is woken by its change of turns, at once when its row
+// is already out of date, and otherwise only at its timeout or by interrupt(); and that a tenant file
+// made anew under the same name is read, not the removed one.
 #include "compute_board.h"
+
+#include <chrono>
+#include <filesystem>
+#include <future>
+#include <thread>
 
 #include "test_support.h"
 
@@ -29,7 +37,32 @@ class ComputeBoardTest : public CoordinatorTest {
     board.read(fake_gpu_uuid(0).data(), now_ns, kWindowNs, out);
     return out;
   }
+  // A tenant with work on the GPU, and another's board with that tenant's row as read now.
+  struct Pair {
+    std::unique_ptr<Coordinator> holder, waiter;
+    std::unique_ptr<ComputeBoard> board;
+    std::vector<TenantCompute> seen;
+  };
+  Pair holder_and_waiter();
 };
+
+// The tenant has work on the GPU, as its watcher publishes it.
+void publish_active(Coordinator& c, bool active) {
+  c.device_entry(0).active_heartbeat_ns.store(monotonic_ns());
+  c.publish_compute(0, active ? kSlotActive : 0, true);
+}
+
+ComputeBoardTest::Pair ComputeBoardTest::holder_and_waiter() {
+  Pair p;
+  p.holder = join("holder", Priority::normal);
+  p.waiter = join("waiter", Priority::normal);
+  publish_active(*p.holder, true);
+  p.board = std::make_unique<ComputeBoard>(dir_, "waiter");
+  p.seen = look(*p.board, monotonic_ns());
+  EXPECT_EQ(p.seen.size(), 1u);
+  EXPECT_TRUE(!p.seen.empty() && p.seen[0].active);
+  return p;
+}
 
 TEST_F(ComputeBoardTest, ANewcomerIsSeenWithItsPriorityBeforeItRunsAnything) {
   auto batch = join("batch", Priority::normal);
@@ -48,6 +81,73 @@ TEST_F(ComputeBoardTest, ANewcomerIsSeenWithItsPriorityBeforeItRunsAnything) {
   EXPECT_FALSE(joined_within(seen[0], later, kWindowNs));
   ComputeBoard fresh_board(dir_, "batch");
   EXPECT_TRUE(look(fresh_board, later).empty());
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST_F(ComputeBoardTest, AWaiterSleepsUntilTheHolderStopsWantingTheDevice) {
+  Pair p = holder_and_waiter();
+  ASSERT_EQ(p.seen.size(), 1u);
+  ComputeBoard& board = *p.board;
+  const std::vector<TenantCompute>& seen = p.seen;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto wait = std::async(std::launch::async, [&] { return board.wait_for(seen[0], 5'000'000'000); });
+  // Asleep while nothing changes ...
+  EXPECT_EQ(wait.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  // ... and woken by the holder's change, long before its timeout.
+  publish_active(*p.holder, false);
+  ASSERT_EQ(wait.wait_for(std::chrono::seconds(2)), std::future_status::ready);
+  EXPECT_EQ(wait.get(), WaitResult::changed);
+  EXPECT_LT(seconds_since(t0), 2.0);
+}
+
+TEST_F(ComputeBoardTest, AWaitOnARowAlreadyOutOfDateEndsAtOnce) {
+  Pair p = holder_and_waiter();
+  ASSERT_EQ(p.seen.size(), 1u);
+  ComputeBoard& board = *p.board;
+  const std::vector<TenantCompute>& seen = p.seen;
+  publish_active(*p.holder, false);  // between the read and the wait: the wake-up is not lost
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(board.wait_for(seen[0], 5'000'000'000), WaitResult::changed);
+  EXPECT_LT(seconds_since(t0), 1.0);
+}
+
+TEST_F(ComputeBoardTest, AWaitWithNothingChangingEndsAtItsTimeoutOrWhenInterrupted) {
+  Pair p = holder_and_waiter();
+  ASSERT_EQ(p.seen.size(), 1u);
+  ComputeBoard& board = *p.board;
+  const std::vector<TenantCompute>& seen = p.seen;
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(board.wait_for(seen[0], 50'000'000), WaitResult::timed_out);
+  EXPECT_GE(seconds_since(t0), 0.045);
+  t0 = std::chrono::steady_clock::now();
+  auto wait = std::async(std::launch::async, [&] { return board.wait_for(seen[0], 5'000'000'000); });
+  EXPECT_EQ(wait.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  for (int i = 0; i < 100 && wait.wait_for(std::chrono::milliseconds(10)) == std::future_status::timeout; ++i)
+    board.interrupt();  // as Compute::stop() does (repeated: the wait may not have begun yet)
+  ASSERT_EQ(wait.wait_for(std::chrono::seconds(2)), std::future_status::ready);
+  EXPECT_LT(seconds_since(t0), 2.0);
+}
+
+TEST_F(ComputeBoardTest, ATenantFileMadeAnewUnderItsNameIsTheOneRead) {
+  auto waiter = join("waiter", Priority::normal);
+  auto server = join("server", Priority::normal);
+  ComputeBoard board(dir_, "waiter");
+  std::uint64_t now = monotonic_ns();
+  std::vector<TenantCompute> seen = look(board, now);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].priority, Priority::normal);
+  // slicectl rm, then a new process of the tenant: a new file under the same name.
+  server.reset();
+  ASSERT_TRUE(std::filesystem::remove(tenant_path("server")));
+  auto again = join("server", Priority::high);
+  publish_active(*again, true);
+  now = monotonic_ns() + 200'000'000;  // past the board's next look at the folder
+  seen = look(board, now);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].priority, Priority::high);  // the removed file said normal
 }
 
 }  // namespace
