@@ -15,7 +15,7 @@
 #include "nvml_api.h"
 #include "slice/nvml_subset.h"
 
-#define SLICE_EXPORT __attribute__((visibility("default")))
+#include "hook_support.h"  // SLICE_EXPORT
 
 // Generated pass-through wrappers of the SLICE_HOOK_CU entries (launches, for now). They fail
 // closed like every hook. SLICE_HOOK_CU_CUSTOM and NVML wrappers are written by hand in shim/.
@@ -72,6 +72,3 @@ const HookInfo* find_hook(std::string_view name) noexcept {
 
 }  // namespace slice::shim
 
-// The short public list (libslice.map): versioned, unlike the hooks, which must bind to
-// unversioned references to the driver's symbols.
-extern "C" SLICE_EXPORT const char* slice_version() { return SLICE_VERSION_STRING; }

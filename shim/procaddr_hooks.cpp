@@ -17,7 +17,7 @@
 #include "procaddr_map.h"
 #include "shim.h"
 
-#define SLICE_EXPORT __attribute__((visibility("default")))
+#include "hook_support.h"  // SLICE_EXPORT
 
 namespace {
 

@@ -29,6 +29,7 @@
 #include "coordinator_view.h"
 #include "nvml_api.h"
 #include "shim_test_support.h"
+#include "slice/slice.h"
 
 namespace {
 
@@ -99,6 +100,42 @@ TEST_F(Accounting, MemAllocRefusedExactlyAtTheCapAndAgainAfterAFree) {
   CU_OK(cuMemAlloc_v2(&extra, 256 * kMiB));
   blocks.push_back(extra);
   for (CUdeviceptr p : blocks) CU_OK(cuMemFree_v2(p));
+}
+
+TEST_F(Accounting, AProgramLearnsItsSliceThroughSliceH) {
+  // As a program does (include/slice/slice.h): looked up at run time, so that it runs without
+  // libslice too.
+  const auto get = reinterpret_cast<slice_get_info_fn>(dlsym(RTLD_DEFAULT, "slice_get_info"));
+  const auto version = reinterpret_cast<slice_version_fn>(dlsym(RTLD_DEFAULT, "slice_version"));
+  ASSERT_NE(get, nullptr);
+  ASSERT_NE(version, nullptr);
+  EXPECT_STRNE(version(), "");
+  slice_info info{};
+  info.size = sizeof info;
+  ASSERT_EQ(get(0, &info), SLICE_OK);
+  EXPECT_STREQ(info.tenant, "acct");
+  EXPECT_EQ(info.memory_limit, kCap);
+  EXPECT_EQ(info.memory_used, 0u);
+  EXPECT_EQ(info.compute_share, 100u);
+  EXPECT_EQ(info.compute_limit, 100u);
+  EXPECT_EQ(info.priority, 1);
+  CUdeviceptr p = 0;
+  CU_OK(cuMemAlloc_v2(&p, 64 * kMiB));
+  ASSERT_EQ(get(0, &info), SLICE_OK);
+  EXPECT_EQ(info.memory_used, 64 * kMiB);
+  EXPECT_EQ(info.memory_mine, 64 * kMiB);
+  CU_OK(cuMemFree_v2(p));
+  ASSERT_EQ(get(0, &info), SLICE_OK);
+  EXPECT_EQ(info.memory_used, 0u);
+  // What it cannot answer, it says: with libslice disabled (expect-uncapped), bad arguments.
+  std::string out;
+  EXPECT_EQ(run_child("expect-uncapped", {"SLICE_DISABLE=1"}, &out), 0) << out;
+  EXPECT_EQ(get(0, nullptr), SLICE_ERROR_ARGUMENT);
+  slice_info small{};
+  small.size = 8;
+  EXPECT_EQ(get(0, &small), SLICE_ERROR_ARGUMENT);
+  EXPECT_EQ(get(-1, &info), SLICE_ERROR_DEVICE);
+  EXPECT_EQ(get(64, &info), SLICE_ERROR_DEVICE);
 }
 
 TEST_F(Accounting, AtDebugARefusalAlsoShowsWhereItCameFrom) {
@@ -679,6 +716,12 @@ int child_fail(const char* what) {
   return 1;
 }
 
+// slice.h's slice_get_info, looked up as a program does (libslice.so is preloaded, not linked).
+int slice_info_of(int device, slice_info* info) {
+  const auto get = reinterpret_cast<slice_get_info_fn>(dlsym(RTLD_DEFAULT, "slice_get_info"));
+  return get != nullptr ? get(device, info) : child_fail("slice_get_info is not exported");
+}
+
 // cuMemGetInfo's free, with `ctx` current (none: as it is), is `expected`; else says so.
 bool child_free_is(std::uint64_t expected, const char* when, CUcontext ctx = nullptr) {
   if (ctx != nullptr && cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
@@ -966,6 +1009,9 @@ int child_main(const std::string& mode) {
   if (mode == "expect-uncapped") {
     std::size_t f = 0, t = 0;
     cuMemGetInfo_v2(&f, &t);
+    slice_info info{};
+    info.size = sizeof info;
+    if (slice_info_of(0, &info) != SLICE_ERROR_NOT_RUNNING) return child_fail("slice_get_info answered with SLICE_DISABLE=1");
     return t > kCap ? 0 : child_fail("capped although SLICE_DISABLE=1");
   }
   if (mode == "hold-other-tenant") {  // holds memory until killed

@@ -14,7 +14,7 @@
 
 namespace {
 
-const std::set<std::string> kPublicList = {"slice_version"};
+const std::set<std::string> kPublicList = {"slice_version", "slice_get_info"};  // include/slice/slice.h
 
 std::string run(const std::string& command) {
   std::string out;
