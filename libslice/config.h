@@ -64,8 +64,8 @@ struct Config {
   unsigned compute_limit = 100;                                     // percent, 1-100
   Priority priority = Priority::normal;
   std::string tenant;  // empty: libslice assigns a unique name
-  std::string coordinator_dir = "/dev/shm/libslice";
-  std::string policy_dir = "/etc/libslice/policy";
+  std::string coordinator_dir = SLICE_DEFAULT_COORDINATOR_DIR;
+  std::string policy_dir = SLICE_DEFAULT_POLICY_DIR;
   LogLevel log_level = LogLevel::warn;
   std::string log_file;  // empty: standard error
   bool disable = false;

@@ -15,6 +15,13 @@ enum class LogLevel { off, error, warn, info, debug, trace };
 
 // Tenant names become file names in the coordinator directory, so they are short and plain.
 inline constexpr std::size_t kMaxTenantNameLength = 63;
+// The folders libslice uses unless told otherwise (SLICE_COORDINATOR_DIR, SLICE_POLICY_DIR), named
+// here only: macros, so that help texts can be made of them at compile time.
+#define SLICE_DEFAULT_COORDINATOR_DIR "/dev/shm/libslice"
+#define SLICE_DEFAULT_POLICY_DIR "/etc/libslice/policy"
+inline constexpr std::string_view kDefaultCoordinatorDir = SLICE_DEFAULT_COORDINATOR_DIR;
+inline constexpr std::string_view kDefaultPolicyDir = SLICE_DEFAULT_POLICY_DIR;
+
 // PATH_MAX less the terminating NUL: a longer path cannot be opened anyway.
 inline constexpr std::size_t kMaxPathLength = 4095;
 

@@ -1,5 +1,5 @@
 // An administrator's limits for a tenant: the text file SLICE_POLICY_DIR/<tenant> (by default
-// /etc/libslice/policy), in a folder that only root may write. They win over anything a tenant brings
+// SLICE_DEFAULT_POLICY_DIR), in a folder that only root may write. They win over anything a tenant brings
 // in its environment, and a tenant's processes cannot change them. The folder is persistent, apart
 // from the coordinator's live state: a policy outlasts a reboot and holds from a new process's
 // first allocation.

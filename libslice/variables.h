@@ -4,6 +4,8 @@
 
 #include <string_view>
 
+#include "config_values.h"  // the default folders the table names
+
 namespace slice {
 
 // How a variable's value is parsed (config.cpp maps each kind to its parser).

@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
       check("--tenant", value, slice::parse_tenant_name(value), "inference");
       settings.push_back({"SLICE_TENANT", value});
     } else if (arg == "--coordinator") {
-      check("--coordinator", value, slice::parse_directory(value), "/dev/shm/libslice");
+      check("--coordinator", value, slice::parse_directory(value), SLICE_DEFAULT_COORDINATOR_DIR);
       settings.push_back({"SLICE_COORDINATOR_DIR", value});
     } else {
       usage_error("unknown option '" + slice::printable(arg) + "'");

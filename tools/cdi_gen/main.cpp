@@ -14,6 +14,7 @@
 #include "policy.h"
 #include "quantity.h"
 #include "tenant_file.h"
+#include "config_values.h"
 
 namespace {
 
@@ -32,10 +33,10 @@ constexpr const char* kUsage =
     "  --memory-reserve Q              memory per GPU kept out of the slices, e.g. 512Mi (default 0)\n"
     "  --kind VENDOR/CLASS             the devices' CDI kind (default libslice.io/slice)\n"
     "  --nvml-library PATH             NVML to load (default libnvidia-ml.so.1)\n"
-    "  --coordinator-dir DIR           the host's libslice coordinator folder (default /dev/shm/libslice)\n"
+    "  --coordinator-dir DIR           the host's libslice coordinator folder (default " SLICE_DEFAULT_COORDINATOR_DIR ")\n"
     "  --container-coordinator-dir DIR where containers see it (default /run/libslice)\n"
-    "  --policy-dir DIR                the host's persistent policy folder (default /etc/libslice/policy)\n"
-    "  --container-policy-dir DIR      where containers see it, read-only (default /etc/libslice/policy)\n"
+    "  --policy-dir DIR                the host's persistent policy folder (default " SLICE_DEFAULT_POLICY_DIR ")\n"
+    "  --container-policy-dir DIR      where containers see it, read-only (default " SLICE_DEFAULT_POLICY_DIR ")\n"
     "  --host-lib-dir DIR              host folder with libslice.so and ld.so.preload (default /var/lib/libslice)\n"
     "  --container-lib-dir DIR         where containers see libslice.so (default /usr/local/libslice)\n"
     "  --hook-path PATH                this program's path for the hook (default: where it runs from)\n"

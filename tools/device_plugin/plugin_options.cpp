@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "quantity.h"
+#include "config_values.h"
 
 namespace slice::k8s {
 namespace {
@@ -93,14 +94,14 @@ const std::vector<Flag>& flags() {
          return std::nullopt;
        }},
       {"--coordinator-dir", "DIR", "the node's libslice coordinator folder, shared by every container "
-       "(default /dev/shm/libslice)",
+       "(default " SLICE_DEFAULT_COORDINATOR_DIR ")",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.host_coordinator_dir, v); }},
       {"--container-coordinator-dir", "DIR", "where containers see it (default /run/libslice)",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.container_coordinator_dir, v); }},
       {"--policy-dir", "DIR", "the node's persistent policy folder, where the plugin writes each container's "
-       "limits (default /etc/libslice/policy)",
+       "limits (default " SLICE_DEFAULT_POLICY_DIR ")",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.host_policy_dir, v); }},
-      {"--container-policy-dir", "DIR", "where containers see it, read-only (default /etc/libslice/policy)",
+      {"--container-policy-dir", "DIR", "where containers see it, read-only (default " SLICE_DEFAULT_POLICY_DIR ")",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.container_policy_dir, v); }},
       {"--host-lib-dir", "DIR", "node folder holding libslice.so and ld.so.preload (default /var/lib/libslice)",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.host_lib_dir, v); }},

@@ -73,12 +73,12 @@ CommonOptions::CommonOptions() {
 bool CommonOptions::read(ArgReader& args) {
   std::string value;
   if (args.option("--coordinator", value)) {
-    if (value.empty()) invalid_option("--coordinator", value, "an empty path", "/dev/shm/libslice");
+    if (value.empty()) invalid_option("--coordinator", value, "an empty path", SLICE_DEFAULT_COORDINATOR_DIR);
     coordinator = value;
     return true;
   }
   if (args.option("--policy-dir", value)) {
-    if (value.empty() || value[0] != '/') invalid_option("--policy-dir", value, "not an absolute path", "/etc/libslice/policy");
+    if (value.empty() || value[0] != '/') invalid_option("--policy-dir", value, "not an absolute path", SLICE_DEFAULT_POLICY_DIR);
     policy_dir = value;
     return true;
   }

@@ -1,12 +1,14 @@
 #include "usage.h"
 
+#include "config_values.h"
+
 namespace slicectl {
 
 #define SLICECTL_COORDINATOR_HELP                                                                  \
   "  --coordinator DIR  the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"       \
-  "                     /dev/shm/libslice); the same one the programs under libslice use\n"       \
+  "                     " SLICE_DEFAULT_COORDINATOR_DIR "); the same one the programs under libslice use\n"       \
   "  --policy-dir DIR   the administrator's policy folder (default: $SLICE_POLICY_DIR, else\n"    \
-  "                     /etc/libslice/policy)\n"
+  "                     " SLICE_DEFAULT_POLICY_DIR ")\n"
 
 #define SLICECTL_ARCHIVE_HELP                                                                      \
   "  --archive FILE     the usage archive, an SQLite database (default: $SLICECTL_ARCHIVE, else\n" \
@@ -101,8 +103,8 @@ const char* const kSetUsage =
     "  --priority high|normal|low\n"
     "                         high is served first; low only fills idle time\n"
     "  --coordinator DIR      the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"
-    "                         /dev/shm/libslice)\n"
-    "  --policy-dir DIR       the policy folder (default: $SLICE_POLICY_DIR, else /etc/libslice/policy)\n"
+    "                         " SLICE_DEFAULT_COORDINATOR_DIR ")\n"
+    "  --policy-dir DIR       the policy folder (default: $SLICE_POLICY_DIR, else " SLICE_DEFAULT_POLICY_DIR ")\n"
     "\n"
     "example: sudo slicectl set inference --memory 8Gi --compute 30 --priority high\n";
 
@@ -127,7 +129,7 @@ const char* const kTopUsage =
     "  --interval SECONDS  time between redraws, 0.1 to 3600 (default 1)\n"
     "  --once              one snapshot, even on a terminal\n"
     "  --coordinator DIR   the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"
-    "                      /dev/shm/libslice)\n";
+    "                      " SLICE_DEFAULT_COORDINATOR_DIR ")\n";
 
 const char* const kMetricsUsage =
     "usage: slicectl metrics [--listen ADDR:PORT] [--coordinator DIR]\n"
@@ -148,7 +150,7 @@ const char* const kMetricsUsage =
     "                      has the GPUs' series and no tenant's; 503 while the coordinator\n"
     "                      cannot be read.\n"
     "  --coordinator DIR   the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"
-    "                      /dev/shm/libslice)\n"
+    "                      " SLICE_DEFAULT_COORDINATOR_DIR ")\n"
     "\n"
     "exit status: 0 done (or stopped by a signal), 1 the port is in use or the coordinator cannot\n"
     "be read, 2 wrong command line (a bad ADDR:PORT)\n";
