@@ -49,7 +49,7 @@ void forget_origin_locked(CUstream stream, bool per_thread) {
 
 CUstreamCaptureStatus capture_status(CUstream stream, bool ptsz, CUresult* rc) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  const auto is_capturing = ptsz ? SLICE_REAL_CU(cuStreamIsCapturing_ptsz) : SLICE_REAL_CU(cuStreamIsCapturing);
+  const auto is_capturing = ptsz ? SLICE_REAL(cuStreamIsCapturing_ptsz) : SLICE_REAL(cuStreamIsCapturing);
   *rc = is_capturing != nullptr ? is_capturing(stream, &status) : CUDA_ERROR_NOT_INITIALIZED;
   return status;
 }

@@ -151,7 +151,7 @@ void Compute::run() {
   // This thread's calls must never count against another thread's capture: in the relaxed mode only
   // what necessarily conflicts with a capture is prohibited to it (and that it never does: capture.h).
   CUstreamCaptureMode relaxed = CU_STREAM_CAPTURE_MODE_RELAXED;
-  if (const auto exchange = SLICE_REAL_CU(cuThreadExchangeStreamCaptureMode)) exchange(&relaxed);
+  if (const auto exchange = SLICE_REAL(cuThreadExchangeStreamCaptureMode)) exchange(&relaxed);
   while (!stop_.load(std::memory_order_relaxed)) {
     // Read before looking: a launch or a waiter that comes after the look changes it, and the sleep
     // below then ends at once.
@@ -402,10 +402,10 @@ bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
         return;
       }
       if (only_context == nullptr && *current != it->context &&
-          SLICE_REAL_CU(cuCtxSetCurrent)(it->context) == CUDA_SUCCESS)
+          SLICE_REAL(cuCtxSetCurrent)(it->context) == CUDA_SUCCESS)
         *current = it->context;
-      const CUresult rc = it->event != nullptr ? SLICE_REAL_CU(cuEventQuery)(it->event)
-                                               : SLICE_REAL_CU(cuStreamQuery)(it->stream);
+      const CUresult rc = it->event != nullptr ? SLICE_REAL(cuEventQuery)(it->event)
+                                               : SLICE_REAL(cuStreamQuery)(it->stream);
       if (rc == CUDA_ERROR_NOT_READY) {
         all_done = false;
         // A look at or after when the work should have been done that finds it not done: the
@@ -479,7 +479,7 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
       ThreadEvent& e = events[ctx.key];
       if (e.event == nullptr || e.contexts != contexts_generation()) {
         e.contexts = contexts_generation();
-        if (SLICE_REAL_CU(cuEventCreate)(&e.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) e.event = nullptr;
+        if (SLICE_REAL(cuEventCreate)(&e.event, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) e.event = nullptr;
       }
       target.event = e.event;
       target.stream = nullptr;
@@ -531,7 +531,7 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
 
 void gate_leave(const GateTicket& ticket, CUresult rc) {
   if (ticket.lane == nullptr || rc != CUDA_SUCCESS) return;
-  if (ticket.event != nullptr) SLICE_REAL_CU(cuEventRecord)(ticket.event, CU_STREAM_PER_THREAD);
+  if (ticket.event != nullptr) SLICE_REAL(cuEventRecord)(ticket.event, CU_STREAM_PER_THREAD);
   // The first launch after a drain starts the clock the launch cost is measured with, and wakes the
   // watcher if it sleeps long (idle): it must see this work and publish it.
   // Sequentially consistent, as the watcher's word and look are (Compute::run).

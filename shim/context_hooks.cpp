@@ -58,7 +58,7 @@ bool charge_context(Session& s, int device, std::uint64_t ctx, const Measure& be
 bool primary_active(CUdevice dev) {
   unsigned int flags = 0;
   int active = 0;
-  const auto get = SLICE_REAL_CU(cuDevicePrimaryCtxGetState);
+  const auto get = SLICE_REAL(cuDevicePrimaryCtxGetState);
   return get != nullptr && get(dev, &flags, &active) == CUDA_SUCCESS && active != 0;
 }
 

@@ -38,7 +38,7 @@ std::atomic<std::size_t> g_exec_count{0};  // of those, not mapped yet: while 0,
 
 std::uint64_t graph_attribute(CUdevice dev, CUgraphMem_attribute attribute) {
   cuuint64_t value = 0;
-  const auto get = SLICE_REAL_CU(cuDeviceGetGraphMemAttribute);
+  const auto get = SLICE_REAL(cuDeviceGetGraphMemAttribute);
   if (get == nullptr || get(dev, attribute, &value) != CUDA_SUCCESS) return 0;
   return value;
 }
@@ -46,10 +46,10 @@ std::uint64_t graph_attribute(CUdevice dev, CUgraphMem_attribute attribute) {
 // What the allocation nodes of a graph ask for, per device (where each node's pool lives), those of
 // its child graphs included (a child graph moved in with cuGraphAddNode may hold memory nodes).
 bool graph_allocations(Session& s, CUgraph graph, GraphExecMemory& out, int depth = 0) {
-  const auto get_nodes = SLICE_REAL_CU(cuGraphGetNodes);
-  const auto get_type = SLICE_REAL_CU(cuGraphNodeGetType);
-  const auto get_params = SLICE_REAL_CU(cuGraphMemAllocNodeGetParams);
-  const auto get_child = SLICE_REAL_CU(cuGraphChildGraphNodeGetGraph);
+  const auto get_nodes = SLICE_REAL(cuGraphGetNodes);
+  const auto get_type = SLICE_REAL(cuGraphNodeGetType);
+  const auto get_params = SLICE_REAL(cuGraphMemAllocNodeGetParams);
+  const auto get_child = SLICE_REAL(cuGraphChildGraphNodeGetGraph);
   if (get_nodes == nullptr || get_type == nullptr || get_params == nullptr || depth > 16) return false;
   std::size_t n = 0;
   if (get_nodes(graph, nullptr, &n) != CUDA_SUCCESS || n == 0) return false;

@@ -41,7 +41,7 @@ template <typename Fn, typename... Args>
 CUresult call_real(Fn fn, Args... args) {
   return fn != nullptr ? fn(args...) : CUDA_ERROR_NOT_INITIALIZED;
 }
-#define SLICE_CALL_REAL(fn, ...) ::slice::shim::call_real(SLICE_REAL_HOOK(fn) __VA_OPT__(, ) __VA_ARGS__)
+#define SLICE_CALL_REAL(fn, ...) ::slice::shim::call_real(SLICE_REAL(fn) __VA_OPT__(, ) __VA_ARGS__)
 
 // Charges `bytes` on `device`, runs `call`, and gives the charge back if the call failed.
 template <typename Call>

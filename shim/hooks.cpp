@@ -23,8 +23,7 @@
 #define SLICE_HOOK_NVML(name, ret, params, args)
 #define SLICE_HOOK_CU(name, ret, params, args)                                                 \
   extern "C" SLICE_EXPORT ret name params {                                                    \
-    using Fn = ret(*) params;                                                                  \
-    const auto real = reinterpret_cast<Fn>(slice::shim::real_function(slice::shim::Hook::name)); \
+    const auto real = SLICE_REAL(name);                                                        \
     if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                    \
     if (slice::shim::session_state() == slice::shim::SessionState::failed) return CUDA_ERROR_INVALID_VALUE; \
     return real args;                                                                          \

@@ -37,9 +37,9 @@ CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Call&& ca
         int ordinal = -1;
         CUdeviceptr base = 0;
         std::size_t size = 0;
-        if (call_real(SLICE_REAL_CU(cuPointerGetAttribute), &ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *pdptr) !=
+        if (call_real(SLICE_REAL(cuPointerGetAttribute), &ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *pdptr) !=
                 CUDA_SUCCESS ||
-            call_real(SLICE_REAL_CU(cuMemGetAddressRange_v2), &base, &size, *pdptr) != CUDA_SUCCESS)
+            call_real(SLICE_REAL(cuMemGetAddressRange_v2), &base, &size, *pdptr) != CUDA_SUCCESS)
           return rc;
         const int device = ordinal >= 0 && ordinal < static_cast<int>(s.devices.size()) ? ordinal : -1;
         if (device < 0) return rc;

@@ -97,8 +97,8 @@ extern "C" SLICE_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNC
           if (captures_active() && stream_is_capturing(stream, false)) continue;
           CUcontext ctx = nullptr;
           CUdevice dev = 0;
-          if (call_real(SLICE_REAL_CU(cuStreamGetCtx), stream, &ctx) != CUDA_SUCCESS ||
-              call_real(SLICE_REAL_CU(cuStreamGetDevice), stream, &dev) != CUDA_SUCCESS)
+          if (call_real(SLICE_REAL(cuStreamGetCtx), stream, &ctx) != CUDA_SUCCESS ||
+              call_real(SLICE_REAL(cuStreamGetDevice), stream, &dev) != CUDA_SUCCESS)
             continue;
           tickets[i] = gate_enter_in(s, CurrentContext{reinterpret_cast<std::uint64_t>(ctx), s.index_of(dev)}, stream,
                                      stream == CU_STREAM_PER_THREAD);

@@ -24,7 +24,7 @@ constexpr nvmlReturn_t kNvmlFailedClosed = NVML_ERROR_INVALID_ARGUMENT;
 
 std::string uuid_of(nvmlDevice_t device) {
   char uuid[96] = {};
-  const auto get = SLICE_REAL_NVML(nvmlDeviceGetUUID);
+  const auto get = SLICE_REAL(nvmlDeviceGetUUID);
   if (get == nullptr || get(device, uuid, sizeof uuid - 1) != NVML_SUCCESS) return {};
   return uuid;
 }
@@ -128,21 +128,21 @@ using namespace slice::shim;
 
 extern "C" SLICE_EXPORT nvmlReturn_t nvmlInit_v2(void) {
   return nvml_init([] {
-    const auto real = SLICE_REAL_HOOK(nvmlInit_v2);
+    const auto real = SLICE_REAL(nvmlInit_v2);
     return real != nullptr ? real() : NVML_ERROR_LIBRARY_NOT_FOUND;
   });
 }
 
 extern "C" SLICE_EXPORT nvmlReturn_t nvmlInit(void) {
   return nvml_init([] {
-    const auto real = SLICE_REAL_HOOK(nvmlInit);
+    const auto real = SLICE_REAL(nvmlInit);
     return real != nullptr ? real() : NVML_ERROR_LIBRARY_NOT_FOUND;
   });
 }
 
 extern "C" SLICE_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
   return nvml_init([flags] {
-    const auto real = SLICE_REAL_HOOK(nvmlInitWithFlags);
+    const auto real = SLICE_REAL(nvmlInitWithFlags);
     return real != nullptr ? real(flags) : NVML_ERROR_LIBRARY_NOT_FOUND;
   });
 }
@@ -169,16 +169,16 @@ nvmlReturn_t memory_info(Fn real, nvmlDevice_t device, Memory* memory) {
 }  // namespace
 
 extern "C" SLICE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  return memory_info(SLICE_REAL_HOOK(nvmlDeviceGetMemoryInfo), device, memory);
+  return memory_info(SLICE_REAL(nvmlDeviceGetMemoryInfo), device, memory);
 }
 
 extern "C" SLICE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
-  return memory_info(SLICE_REAL_HOOK(nvmlDeviceGetMemoryInfo_v2), device, memory);
+  return memory_info(SLICE_REAL(nvmlDeviceGetMemoryInfo_v2), device, memory);
 }
 
 #define SLICE_PROCESS_HOOK(name, info_type)                                                          \
   extern "C" SLICE_EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int* infoCount, info_type* infos) { \
-    const auto real = SLICE_REAL_HOOK(name);                                                         \
+    const auto real = SLICE_REAL(name);                                                         \
     if (real == nullptr) return NVML_ERROR_UNINITIALIZED;                                            \
     return running_processes(infoCount, infos,                                                       \
                              [&](unsigned int* n, info_type* out) { return real(device, n, out); }); \

@@ -20,7 +20,7 @@ constexpr std::uint64_t kPoolChunk = 2ull << 20;
 
 std::uint64_t pool_attribute(CUmemoryPool pool, CUmemPool_attribute attribute) {
   cuuint64_t value = 0;
-  const auto get = SLICE_REAL_CU(cuMemPoolGetAttribute);
+  const auto get = SLICE_REAL(cuMemPoolGetAttribute);
   if (get == nullptr || get(pool, attribute, &value) != CUDA_SUCCESS) return 0;
   return value;
 }
@@ -44,7 +44,7 @@ std::uint64_t settle_pool(Session& s, CUmemoryPool pool, int device) {
 
 int device_of_stream(Session& s, CUstream stream) {
   CUdevice device = 0;
-  const auto get = SLICE_REAL_CU(cuStreamGetDevice);
+  const auto get = SLICE_REAL(cuStreamGetDevice);
   if (get != nullptr && get(stream, &device) == CUDA_SUCCESS) return s.index_of(device);
   return current_device_index(s);
 }
@@ -59,8 +59,8 @@ int device_of_pool(Session& s, CUmemoryPool pool, CUstream stream) {
     if (it != s.pools->pools.end()) return it->second.device;
     if (s.pools->host_pools.contains(pool)) return -1;  // host memory: nothing to charge
   }
-  const auto get_default = SLICE_REAL_CU(cuDeviceGetDefaultMemPool);
-  const auto get_current = SLICE_REAL_CU(cuDeviceGetMemPool);
+  const auto get_default = SLICE_REAL(cuDeviceGetDefaultMemPool);
+  const auto get_current = SLICE_REAL(cuDeviceGetMemPool);
   for (const SessionDevice& d : s.devices) {
     CUmemoryPool p = nullptr;
     if ((get_default != nullptr && get_default(&p, d.handle) == CUDA_SUCCESS && p == pool) ||
@@ -81,7 +81,7 @@ void refuse_overgrowth(Session& s, CUmemoryPool pool, int device, CUdeviceptr dp
   if (!captures_active()) {
     if (ptsz) SLICE_CALL_REAL(cuStreamSynchronize_ptsz, stream);
     else SLICE_CALL_REAL(cuStreamSynchronize, stream);
-    call_real(SLICE_REAL_CU(cuMemPoolTrimTo), pool, static_cast<size_t>(reserved_before));
+    call_real(SLICE_REAL(cuMemPoolTrimTo), pool, static_cast<size_t>(reserved_before));
   }
   settle_pool(s, pool, device);
   log::warn("tenant '" + s.config.tenant + "' GPU " + std::to_string(device) + ": " + what + " of " +
@@ -127,7 +127,7 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream stream, bool ptsz
         if (capturing(stream, ptsz)) return call();
         const int device = device_of_stream(s, stream);
         CUmemoryPool pool = nullptr;
-        const auto get_pool = SLICE_REAL_CU(cuDeviceGetMemPool);
+        const auto get_pool = SLICE_REAL(cuDeviceGetMemPool);
         if (device < 0 || get_pool == nullptr || get_pool(&pool, s.devices[device].handle) != CUDA_SUCCESS)
           return call();
         if (device_of_pool(s, pool, stream) < 0) return call();  // a host pool made the device's current

@@ -69,8 +69,7 @@ void substitute_wrapper(const char* symbol, void** pfn, int cuda_version, cuuint
 
 extern "C" SLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
                                                   cuuint64_t flags) {
-  using Fn = CUresult (*)(const char*, void**, int, cuuint64_t);
-  const auto real = reinterpret_cast<Fn>(slice::shim::real_function(Hook::cuGetProcAddress));
+  const auto real = SLICE_REAL(cuGetProcAddress);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   const CUresult rc = real(symbol, pfn, cudaVersion, flags);
   if (rc == CUDA_SUCCESS) substitute_wrapper(symbol, pfn, cudaVersion, flags);
@@ -80,8 +79,7 @@ extern "C" SLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn
 extern "C" SLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
                                                      cuuint64_t flags,
                                                      CUdriverProcAddressQueryResult* symbolStatus) {
-  using Fn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-  const auto real = reinterpret_cast<Fn>(slice::shim::real_function(Hook::cuGetProcAddress_v2));
+  const auto real = SLICE_REAL(cuGetProcAddress_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   const CUresult rc = real(symbol, pfn, cudaVersion, flags, symbolStatus);
   if (rc == CUDA_SUCCESS) substitute_wrapper(symbol, pfn, cudaVersion, flags);

@@ -96,14 +96,14 @@ std::string unique_tenant_name() {
 }
 
 bool enumerate_devices(Session& s, std::string& error) {
-  const auto get_count = SLICE_REAL_CU(cuDeviceGetCount);
-  const auto get = SLICE_REAL_CU(cuDeviceGet);
-  const auto get_name = SLICE_REAL_CU(cuDeviceGetName);
-  const auto total_mem = SLICE_REAL_HOOK(cuDeviceTotalMem_v2);
+  const auto get_count = SLICE_REAL(cuDeviceGetCount);
+  const auto get = SLICE_REAL(cuDeviceGet);
+  const auto get_name = SLICE_REAL(cuDeviceGetName);
+  const auto total_mem = SLICE_REAL(cuDeviceTotalMem_v2);
   // cuDeviceGetUuid_v2 came with CUDA 11.4 drivers; older ones have only cuDeviceGetUuid (same
   // answer for a physical GPU).
-  auto get_uuid = SLICE_REAL_CU(cuDeviceGetUuid_v2);
-  if (get_uuid == nullptr) get_uuid = reinterpret_cast<decltype(get_uuid)>(real_cuda_symbol("cuDeviceGetUuid"));
+  auto get_uuid = SLICE_REAL(cuDeviceGetUuid_v2);
+  if (get_uuid == nullptr) get_uuid = reinterpret_cast<decltype(get_uuid)>(SLICE_REAL(cuDeviceGetUuid));
   if (get_count == nullptr || get == nullptr || get_name == nullptr || total_mem == nullptr || get_uuid == nullptr) {
     error = "the driver lacks a function libslice needs to tell GPUs apart (cuDeviceGetUuid, ...)";
     return false;
@@ -277,7 +277,7 @@ Session* detail::start_running_session(bool& failed) noexcept {
     // answers CUDA_ERROR_NOT_INITIALIZED itself and we stay fresh). A bad configuration or
     // SLICE_DISABLE decides at once.
     const Config* config = session_config();
-    const auto count_devices = SLICE_REAL_CU(cuDeviceGetCount);
+    const auto count_devices = SLICE_REAL(cuDeviceGetCount);
     int count = 0;
     if (config == nullptr || config->disable ||
         (count_devices != nullptr && count_devices(&count) == CUDA_SUCCESS))
@@ -305,12 +305,12 @@ CurrentContext current_context(const Session& s) noexcept {
   thread_local int cached_device = -1;
   thread_local std::uint64_t cached_generation = ~0ull;
   CUcontext ctx = nullptr;
-  const auto get_current = SLICE_REAL_CU(cuCtxGetCurrent);
+  const auto get_current = SLICE_REAL(cuCtxGetCurrent);
   if (get_current == nullptr || get_current(&ctx) != CUDA_SUCCESS || ctx == nullptr) return {};
   const std::uint64_t generation = g_context_generation.load(std::memory_order_acquire);
   if (ctx != cached || generation != cached_generation) {
     CUdevice device = 0;
-    const auto get_device = SLICE_REAL_CU(cuCtxGetDevice);
+    const auto get_device = SLICE_REAL(cuCtxGetDevice);
     if (get_device == nullptr || get_device(&device) != CUDA_SUCCESS) return {};
     cached = ctx;
     cached_device = s.index_of(device);

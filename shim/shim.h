@@ -66,25 +66,43 @@ inline void* real_function(Hook hook) noexcept {
   return detail::open_real_function(hook);
 }
 
-// Any other export of the real driver / NVML, from the same handles (nullptr when absent).
+// Any other export of the real driver / NVML, from the same handles (nullptr when absent). Reached
+// through SLICE_REAL only.
 void* real_cuda_symbol(const char* name) noexcept;
 void* real_nvml_symbol(const char* name) noexcept;
 
-// Typed and looked up once: SLICE_REAL_CU(cuCtxGetDevice)(&dev). Needs the declaration (cuda.h
-// with __CUDA_API_VERSION_INTERNAL, or nvml_subset.h); nullptr when the library lacks it.
-#define SLICE_REAL_CU(fn)                                                                        \
-  ([]() noexcept {                                                                               \
-    static const auto real = reinterpret_cast<decltype(&::fn)>(::slice::shim::real_cuda_symbol(#fn)); \
-    return real;                                                                                 \
-  }())
-#define SLICE_REAL_NVML(fn)                                                                      \
-  ([]() noexcept {                                                                               \
-    static const auto real = reinterpret_cast<decltype(&::fn)>(::slice::shim::real_nvml_symbol(#fn)); \
-    return real;                                                                                 \
-  }())
-// The real function behind a hook, typed: SLICE_REAL_HOOK(cuMemAlloc_v2)(&p, n).
-#define SLICE_REAL_HOOK(fn) \
-  (reinterpret_cast<decltype(&::fn)>(::slice::shim::real_function(::slice::shim::Hook::fn)))
+// The hook list's names, in list order: SLICE_REAL finds a hook by name at compile time.
+inline constexpr std::string_view kHookNames[] = {
+#define SLICE_HOOK_CU(name, ret, params, args) #name,
+#define SLICE_HOOK_NVML(name, ret, params, args) #name,
+#include "hooked_functions.inc"
+#undef SLICE_HOOK_CU
+#undef SLICE_HOOK_NVML
+};
+consteval int hook_index(std::string_view name) {
+  for (std::size_t i = 0; i < kHookCount; ++i)
+    if (kHookNames[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+// The one way libslice reaches an original function, typed by its declaration (cuda.h with
+// __CUDA_API_VERSION_INTERNAL, or nvml_subset.h): SLICE_REAL(cuMemAlloc_v2)(&p, n). A hooked
+// function comes from the hook table (real_function: inline, two loads once opened); any other
+// export is looked up once in the same library handle and kept. nullptr when the library lacks it.
+// (A generic lambda, so that the branch not taken is never instantiated.)
+#define SLICE_REAL(fn)                                                                                   \
+  ([](auto) noexcept {                                                                                   \
+    using Fn = decltype(&::fn);                                                                          \
+    constexpr int index = ::slice::shim::hook_index(#fn);                                                \
+    if constexpr (index >= 0) {                                                                          \
+      return reinterpret_cast<Fn>(::slice::shim::real_function(static_cast<::slice::shim::Hook>(index))); \
+    } else {                                                                                             \
+      static const Fn real = reinterpret_cast<Fn>(std::string_view(#fn).starts_with("nvml")              \
+                                                      ? ::slice::shim::real_nvml_symbol(#fn)             \
+                                                      : ::slice::shim::real_cuda_symbol(#fn));           \
+      return real;                                                                                       \
+    }                                                                                                    \
+  }(0))
 
 // glibc's dlsym, never our hook: dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"), then "GLIBC_2.2.5".
 using DlsymFn = void* (*)(void*, const char*);
