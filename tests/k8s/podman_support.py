@@ -22,6 +22,7 @@ import uuid
 
 SKIP = 77
 RUNC_ROOT = "/run/runc"
+SHM_LOCK = "/dev/shm/libpod_lock"  # podman's default lock file, which these tests must not make
 GIB = 1 << 30
 MIB = 1 << 20
 
@@ -235,7 +236,9 @@ class Podman:
         # journald events log, another network backend) apply, and nothing of the host's is read.
         conf = os.path.join(self.base, "containers.conf")
         with open(conf, "w") as f:
+            # File locks, in --tmpdir: the default (shm) leaves /dev/shm/libpod_lock behind.
             f.write('[engine]\nevents_logger = "file"\ncgroup_manager = "cgroupfs"\nruntime = "runc"\n'
+                    'lock_type = "file"\n'
                     f'[network]\nnetwork_config_dir = "{self.base}/networks"\n')
         storage = os.path.join(self.base, "storage.conf")
         with open(storage, "w") as f:
@@ -254,6 +257,7 @@ class Podman:
         # where runc never ran, it makes /run/runc itself, which cleanup() removes again. (runc's
         # --root elsewhere would not do: podman deletes the container without it.)
         self.made_runc_root = not os.path.exists(RUNC_ROOT)
+        self.had_shm_lock = os.path.exists(SHM_LOCK)
 
     def command(self, args):
         return self.globals + list(args)
@@ -354,6 +358,8 @@ def _left_behind_now(base, podman):
             continue
         if base in cmdline:
             problems.append(f"process {entry}: {cmdline.strip()}")
+    if not podman.had_shm_lock and os.path.exists(SHM_LOCK):
+        problems.append(f"podman's lock file {SHM_LOCK} (made by this test)")
     for top in podman.cgroup_dirs():
         for dirpath, _dirs, files in os.walk(top):
             procs = os.path.join(dirpath, "cgroup.procs")
