@@ -12,8 +12,14 @@
 #include "usage_meter.h"
 
 namespace slice {
-
 namespace {
+
+// The tenants sleeping on this entry's word (ComputeBoard::wait_for) look again: the word first,
+// after the figures it announces, then the wake.
+void announce_change_of_turns(DeviceEntry& entry) {
+  entry.turn_seq.fetch_add(1, std::memory_order_release);
+  futex_wake_all(&entry.turn_seq, true);
+}
 
 // Every live Coordinator of this process, for the fork handler.
 std::mutex g_members_mu;
@@ -375,11 +381,11 @@ void Coordinator::publish_compute_locked_out(int device) {
     wanting += (bits & kSlotWanting) != 0;
   }
   DeviceEntry& entry = f.devices[e];
-  const bool wanted = entry.active_processes.exchange(active) != 0 || entry.wanting_processes.exchange(wanting) != 0;
-  if (wanted != (active != 0 || wanting != 0)) {  // a tenant waiting for the device is woken at once
-    entry.turn_seq.fetch_add(1, std::memory_order_release);
-    futex_wake_all(&entry.turn_seq, true);
-  }
+  // Both counts are stored whatever the first was (no short circuit between the two exchanges).
+  const std::uint32_t was_active = entry.active_processes.exchange(active);
+  const std::uint32_t was_wanting = entry.wanting_processes.exchange(wanting);
+  if ((was_active != 0 || was_wanting != 0) != (active != 0 || wanting != 0))
+    announce_change_of_turns(entry);  // a tenant waiting for the device is woken at once
 }
 
 void Coordinator::publish_compute(int device, std::uint32_t flags, bool check_liveness, bool held) {
@@ -413,8 +419,7 @@ void Coordinator::publish_compute(int device, std::uint32_t flags, bool check_li
     // Who waits for the device sleeps on this word until the tenant stops (or starts) wanting it, or
     // its work ends as it yields: wake them (compute_board.h). Only then, so a busy tenant makes no
     // system call here, even as its short queue drains and fills.
-    entry.turn_seq.fetch_add(1, std::memory_order_release);
-    futex_wake_all(&entry.turn_seq, true);
+    announce_change_of_turns(entry);
   }
   meter_tick(*tenant_, slot_, e, monotonic_ns());  // metering: memory held without changes, hourly samples
 }
@@ -423,8 +428,7 @@ void Coordinator::yield_compute(int device, std::uint64_t drain_eta_ns) {
   if (forked_ || left_.load(std::memory_order_relaxed)) return;
   DeviceEntry& entry = tenant_->file().devices[entries_[device]];
   entry.drain_eta_ns.store(drain_eta_ns, std::memory_order_relaxed);
-  entry.turn_seq.fetch_add(1, std::memory_order_release);
-  futex_wake_all(&entry.turn_seq, true);
+  announce_change_of_turns(entry);
 }
 
 std::vector<std::int32_t> Coordinator::live_pids() const {

@@ -131,6 +131,23 @@ TEST_F(ComputeBoardTest, AWaitWithNothingChangingEndsAtItsTimeoutOrWhenInterrupt
   EXPECT_LT(seconds_since(t0), 2.0);
 }
 
+TEST_F(ComputeBoardTest, ALeavingProcessTakesBothItsFlagsOffTheBoard) {
+  auto holder = join("holder", Priority::normal);
+  auto waiter = join("waiter", Priority::normal);
+  DeviceEntry& entry = holder->device_entry(0);
+  entry.active_heartbeat_ns.store(monotonic_ns());
+  entry.wanting_heartbeat_ns.store(monotonic_ns());
+  holder->publish_compute(0, kSlotActive | kSlotWanting, true);  // work queued, and threads held
+  ComputeBoard board(dir_, "waiter");
+  std::vector<TenantCompute> seen = look(board, monotonic_ns());
+  ASSERT_EQ(seen.size(), 1u);
+  ASSERT_TRUE(seen[0].active && seen[0].wanting);
+  holder->leave();  // its last process exits: the tenant neither has nor wants the device any more
+  EXPECT_EQ(entry.active_processes.load(), 0u);
+  EXPECT_EQ(entry.wanting_processes.load(), 0u);
+  for (const TenantCompute& t : look(board, monotonic_ns())) EXPECT_FALSE(t.active || t.wanting) << t.name;
+}
+
 TEST_F(ComputeBoardTest, ATenantFileMadeAnewUnderItsNameIsTheOneRead) {
   auto waiter = join("waiter", Priority::normal);
   auto server = join("server", Priority::normal);
