@@ -206,18 +206,15 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   const bool active = launched != 0;
   const bool wanting = lane.waiting.load(std::memory_order_acquire) != 0;
   if (active || wanting) w.last_active_ns = now;
-  if (!active && !wanting && !w.was_active) {
-    // Idle now and over the step that ends: nothing received, nothing to decide. The flags are
-    // published (the others see it gone at once) and the process checked on now and then.
-    const bool check_liveness = now >= w.liveness_checked_ns + 100000000;
-    if (check_liveness) w.liveness_checked_ns = now;
-    c.publish_compute(device, 0, check_liveness);
-    w.estimate.step(now, false, 1);
+  // Nothing of ours on the device, nobody waiting at the gate: nothing to watch until work comes.
+  // Between requests the next one is seen when it starts; idle longer, the launch that brings work
+  // wakes a deep sleep.
+  const auto idle_next = [&] {
     Next next;
     next.deep_idle = now >= w.last_active_ns + kRecentNs;
     next.at = now + (next.deep_idle ? kDeepIdleNs : kRecentTickNs);
     return next;
-  }
+  };
 
   // When the queue should be done; until then (no later than `latest`) the watcher sleeps, from then
   // on it looks every `poll`, twice as long each time it was not done (up to kDrainPollMaxNs: work
@@ -242,9 +239,18 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
     return next;
   }
 
-  // 2. Publish it for the others, and credit the step that ends now.
+  // The process is checked on now and then (its flags published either way).
   const bool check_liveness = now >= w.liveness_checked_ns + 100000000;
   if (check_liveness) w.liveness_checked_ns = now;
+  if (!active && !wanting && !w.was_active) {
+    // Idle now and over the step that ends: nothing received, nothing to decide. The flags are
+    // published (the others see it gone at once).
+    c.publish_compute(device, 0, check_liveness);
+    w.estimate.step(now, false, 1);
+    return idle_next();
+  }
+
+  // 2. Publish it for the others, and credit the step that ends now.
   c.publish_compute(device, (active ? kSlotActive : 0) | (wanting ? kSlotWanting : 0), check_liveness,
                     !lane.open.load(std::memory_order_relaxed));
   if (active) entry.active_heartbeat_ns.store(now, std::memory_order_relaxed);
@@ -326,18 +332,10 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   w.decide_at = now + kDecideNs;
   w.decided_wanting = wanting;
   w.decided_open = open;
+  if (!active && !wanting) return idle_next();  // whatever the verdict
   Next next;
   next.deep_idle = false;
-  if (!active && !wanting) {
-    // Nothing of ours on the device, nobody waiting at the gate: whatever the verdict, nothing to
-    // watch until work comes (the launch that brings it wakes a deep sleep).
-    if (now < w.last_active_ns + kRecentNs) {
-      next.at = now + kRecentTickNs;  // between requests: the next one is seen when it starts
-    } else {
-      next.at = now + kDeepIdleNs;
-      next.deep_idle = true;
-    }
-  } else if (!open && active) {
+  if (!open && active) {
     // Drains for someone else: the device idles from the drain until this is seen.
     next.at = until_drain(kDrainPollNs, kDrainMaxNs);
   } else if (!open) {
