@@ -27,6 +27,21 @@ bool fresh(std::uint64_t heartbeat, std::uint64_t now) {
 
 std::uint32_t percent(std::uint32_t v) { return std::clamp<std::uint32_t>(v, 1, 100); }
 
+// What a row says of a tenant's device entry `e` at `now_ns` (read, wait_for).
+void load_entry(const DeviceEntry& e, std::uint64_t now_ns, TenantCompute& t) {
+  t.share = percent(e.compute_share.load(std::memory_order_relaxed));
+  t.limit = percent(e.compute_limit.load(std::memory_order_relaxed));
+  t.priority = priority_from_stored(e.compute_priority.load(std::memory_order_relaxed));
+  t.received_ns = e.received_ns.load(std::memory_order_relaxed);
+  t.active = e.active_processes.load(std::memory_order_relaxed) != 0 &&
+             fresh(e.active_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
+  t.joined_ms = e.joined_ms.load(std::memory_order_relaxed);
+  t.wanting = e.wanting_processes.load(std::memory_order_relaxed) != 0 &&
+              fresh(e.wanting_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
+  t.turn_seq = e.turn_seq.load(std::memory_order_relaxed);
+  t.drain_eta_ns = e.drain_eta_ns.load(std::memory_order_relaxed);
+}
+
 }  // namespace
 
 // The buffers' storage comes from operator new, aligned for any fundamental type: enough for the
@@ -76,9 +91,11 @@ WaitResult ComputeBoard::wait_for(const TenantCompute& t, std::uint64_t timeout_
   const auto* e = reinterpret_cast<const DeviceEntry*>(raw);
   if (::pread(f.fd, raw, sizeof(DeviceEntry), static_cast<off_t>(entry_at)) != static_cast<ssize_t>(sizeof(DeviceEntry)))
     return WaitResult::failed;
-  if ((e->active_processes.load(std::memory_order_relaxed) != 0) != t.active ||
-      (e->wanting_processes.load(std::memory_order_relaxed) != 0) != t.wanting ||
-      e->drain_eta_ns.load(std::memory_order_relaxed) != t.drain_eta_ns || seq != t.turn_seq)
+  // Compared as a row reads it (heartbeats included): a count whose heartbeat went stale is no
+  // change, or every wait on that tenant would end at once.
+  TenantCompute now;
+  load_entry(*e, monotonic_ns(), now);
+  if (now.active != t.active || now.wanting != t.wanting || now.drain_eta_ns != t.drain_eta_ns || seq != t.turn_seq)
     return WaitResult::changed;
   // Never dereferenced here: only the kernel reads it, and a truncated file is EFAULT, not SIGBUS.
   const auto* word = reinterpret_cast<const std::atomic<std::uint32_t>*>(static_cast<const char*>(f.page) +
@@ -206,19 +223,6 @@ constexpr std::uint64_t kFullReadNs = 100'000'000;
 constexpr std::uint64_t kDormantNs = 50'000'000;
 constexpr int kAbsent = -2;  // File::entry of a tenant not on this GPU (or unreadable)
 
-void load_entry(const DeviceEntry& e, std::uint64_t now_ns, TenantCompute& t) {
-  t.share = percent(e.compute_share.load(std::memory_order_relaxed));
-  t.limit = percent(e.compute_limit.load(std::memory_order_relaxed));
-  t.priority = priority_from_stored(e.compute_priority.load(std::memory_order_relaxed));
-  t.received_ns = e.received_ns.load(std::memory_order_relaxed);
-  t.active = e.active_processes.load(std::memory_order_relaxed) != 0 &&
-             fresh(e.active_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
-  t.joined_ms = e.joined_ms.load(std::memory_order_relaxed);
-  t.wanting = e.wanting_processes.load(std::memory_order_relaxed) != 0 &&
-              fresh(e.wanting_heartbeat_ns.load(std::memory_order_relaxed), now_ns);
-  t.turn_seq = e.turn_seq.load(std::memory_order_relaxed);
-  t.drain_eta_ns = e.drain_eta_ns.load(std::memory_order_relaxed);
-}
 
 }  // namespace
 

@@ -122,6 +122,8 @@ TEST_F(ComputeBoardTest, AWaitWithNothingChangingEndsAtItsTimeoutOrWhenInterrupt
   auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(board.wait_for(seen[0], 50'000'000), WaitResult::timed_out);
   EXPECT_GE(seconds_since(t0), 0.045);
+  // The holder's heartbeat kept fresh, as its watcher keeps it (a stale one would be a change).
+  p.holder->device_entry(0).active_heartbeat_ns.store(monotonic_ns());
   t0 = std::chrono::steady_clock::now();
   auto wait = std::async(std::launch::async, [&] { return board.wait_for(seen[0], 5'000'000'000); });
   EXPECT_EQ(wait.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
@@ -129,6 +131,25 @@ TEST_F(ComputeBoardTest, AWaitWithNothingChangingEndsAtItsTimeoutOrWhenInterrupt
     board.interrupt();  // as Compute::stop() does (repeated: the wait may not have begun yet)
   ASSERT_EQ(wait.wait_for(std::chrono::seconds(2)), std::future_status::ready);
   EXPECT_LT(seconds_since(t0), 2.0);
+}
+
+TEST_F(ComputeBoardTest, ACountWhoseHeartbeatIsStaleDoesNotEndAWait) {
+  auto holder = join("holder", Priority::normal);
+  auto waiter = join("waiter", Priority::normal);
+  DeviceEntry& entry = holder->device_entry(0);
+  entry.active_heartbeat_ns.store(monotonic_ns());
+  entry.wanting_heartbeat_ns.store(0);  // a wanting count nobody confirms any more: not wanting
+  holder->publish_compute(0, kSlotActive | kSlotWanting, true);
+  ComputeBoard board(dir_, "waiter");
+  const std::vector<TenantCompute> seen = look(board, monotonic_ns());
+  ASSERT_EQ(seen.size(), 1u);
+  ASSERT_TRUE(seen[0].active);
+  ASSERT_FALSE(seen[0].wanting);
+  // Read as the row was read, nothing changed: the wait sleeps (a waiter that woke at once here
+  // would spin for as long as the count stays).
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(board.wait_for(seen[0], 100'000'000), WaitResult::timed_out);
+  EXPECT_GE(seconds_since(t0), 0.09);
 }
 
 TEST_F(ComputeBoardTest, ALeavingProcessTakesBothItsFlagsOffTheBoard) {
