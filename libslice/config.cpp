@@ -56,7 +56,7 @@ void store(PerDevice<T, Fallback>& field, const DeviceKey& device, T value) {
 // Parses value as the variable's kind into its field; the reason when it is not valid.
 std::optional<std::string> apply(Config& config, VariableId id, const DeviceKey& device, std::string_view value) {
   switch (id) {
-#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, EXAMPLE, HELP) \
+#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP) \
   case VariableId::NAME: {                                                 \
     auto parsed = parse_as<VariableKind::KIND>(value);                     \
     if (!parsed) return std::move(parsed.reason);                          \

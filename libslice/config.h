@@ -11,8 +11,11 @@
 #include <string>
 #include <string_view>
 
+#include <type_traits>
+
 #include "config_values.h"
 #include "quantity.h"
+#include "variables.h"
 
 namespace slice {
 
@@ -57,19 +60,56 @@ std::optional<std::string> gpu_uuid_of_suffix(std::string_view suffix);
 // The suffix that names a GPU by UUID, the inverse of gpu_uuid_of_suffix ("GPU-516d…" -> "GPU_516d…").
 std::string gpu_uuid_suffix(std::string_view uuid);
 
-// Field names are the FIELD column of variables.inc.
+// ---- Config's members, declared from the table (variables.inc) ---------------------------------
+
+// The type a variable's value parses to (config.cpp's parse_as), and the type that holds it where
+// the variable may be unset with no value at all (a memory cap: std::nullopt is "no cap").
+template <VariableKind K>
+struct KindTypes;
+template <> struct KindTypes<VariableKind::quantity> { using value = MemoryLimit; using held = std::optional<MemoryLimit>; };
+template <> struct KindTypes<VariableKind::percent> { using value = unsigned; using held = unsigned; };
+template <> struct KindTypes<VariableKind::priority> { using value = Priority; using held = Priority; };
+template <> struct KindTypes<VariableKind::tenant_name> { using value = std::string; using held = std::string; };
+template <> struct KindTypes<VariableKind::directory> { using value = std::string; using held = std::string; };
+template <> struct KindTypes<VariableKind::log_level> { using value = LogLevel; using held = LogLevel; };
+template <> struct KindTypes<VariableKind::file> { using value = std::string; using held = std::string; };
+template <> struct KindTypes<VariableKind::flag> { using value = bool; using held = bool; };
+
+template <VariableKind K, DeviceScope S>
+using ConfigField = std::conditional_t<S == DeviceScope::per_device,
+                                       PerDevice<typename KindTypes<K>::value, typename KindTypes<K>::held>,
+                                       typename KindTypes<K>::held>;
+
+// A member's initial value from the table's DEFAULT: for a per-device member, its every-device value.
+template <typename Field, typename Default>
+Field initial_value(const Default& value) {
+  if constexpr (requires(Field f) { f.every_device; }) {
+    Field field;
+    field.every_device = value;
+    return field;
+  } else {
+    return Field(value);
+  }
+}
+
+// Whether a DEFAULT is "nothing" (and so needs the table's UNSET words to say what holds).
+constexpr bool is_empty_default(std::nullopt_t) { return true; }
+constexpr bool is_empty_default(const char* text) { return text[0] == '\0'; }
+template <typename T>
+constexpr bool is_empty_default(T) { return false; }
+
+#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP)                     \
+  static_assert(is_empty_default(DEFAULT) == !std::string_view(UNSET).empty(),                       \
+                #NAME ": UNSET says what an empty DEFAULT means, and is \"\" for any other DEFAULT");
+#include "variables.inc"
+
+// One member per row of variables.inc, named by its FIELD column and in table order, initialised to
+// its DEFAULT: the table is the one place a default is written.
 struct Config {
-  PerDevice<MemoryLimit, std::optional<MemoryLimit>> memory_limit;  // nullopt: no cap
-  PerDevice<unsigned> compute_share{.every_device = 100, .by_device = {}, .by_uuid = {}};  // percent, 1-100
-  unsigned compute_limit = 100;                                     // percent, 1-100
-  Priority priority = Priority::normal;
-  std::string tenant;  // empty: libslice assigns a unique name
-  std::string coordinator_dir = SLICE_DEFAULT_COORDINATOR_DIR;
-  std::string policy_dir = SLICE_DEFAULT_POLICY_DIR;
-  LogLevel log_level = LogLevel::warn;
-  std::string log_file;  // empty: standard error
-  bool disable = false;
-  bool crash_handler = true;  // SLICE_CRASH_HANDLER
+#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP) \
+  ConfigField<VariableKind::KIND, DeviceScope::DEVICES> FIELD =                  \
+      initial_value<ConfigField<VariableKind::KIND, DeviceScope::DEVICES>>(DEFAULT);
+#include "variables.inc"
 
   bool operator==(const Config&) const = default;
 };

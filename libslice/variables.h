@@ -28,26 +28,26 @@ struct VariableInfo {
   std::string_view field;         // the slice::Config member it sets
   VariableKind kind;
   DeviceScope scope;
-  std::string_view default_text;  // markdown
+  std::string_view unset_text;    // markdown: what an empty default means ("" where the default is a value)
   std::string_view example;       // a valid value
   std::string_view help;          // markdown
 };
 
 // One enumerator per variable, in table order, so code can name a row without a string compare.
 enum class VariableId {
-#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, EXAMPLE, HELP) NAME,
+#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP) NAME,
 #include "variables.inc"
 };
 
 inline constexpr VariableInfo kSliceVariables[] = {
-#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, EXAMPLE, HELP) \
-  {#NAME, #FIELD, VariableKind::KIND, DeviceScope::DEVICES, DEFAULT, EXAMPLE, HELP},
+#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP) \
+  {#NAME, #FIELD, VariableKind::KIND, DeviceScope::DEVICES, UNSET, EXAMPLE, HELP},
 #include "variables.inc"
 };
 
 // (An array cannot be empty: keep at least one SLICE_IGNORED_VARIABLE row, or make this a std::array.)
 inline constexpr std::string_view kIgnoredSliceVariables[] = {
-#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, EXAMPLE, HELP)
+#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP)
 #define SLICE_IGNORED_VARIABLE(NAME, WHY) #NAME,
 #include "variables.inc"
 };

@@ -5,6 +5,7 @@
 #include <string_view>
 #include <vector>
 
+#include "config.h"
 #include "variables.h"
 
 namespace slice {
@@ -18,11 +19,44 @@ struct DocRow {
   std::string example;       // plain, e.g. SLICE_MEMORY_LIMIT=4Gi
 };
 
+// ---- a default as users read it: the initial value of Config's member, printed ----------------
+// An empty value prints as "" and the table's UNSET words are shown instead (config.h checks at
+// compile time that every empty default has them, and no other default does).
+
+std::string shown(const std::optional<MemoryLimit>& limit) {
+  if (!limit) return "";
+  if (limit->form == MemoryLimit::Form::bytes) return "`" + std::to_string(limit->bytes) + "`";
+  return "`" + std::to_string(limit->device_billionths / (MemoryLimit::kWholeDevice / 100)) + "%`";
+}
+std::string shown(unsigned percent) { return std::to_string(percent); }
+std::string shown(Priority priority) { return "`" + std::string(to_string(priority)) + "`"; }
+std::string shown(LogLevel level) { return "`" + std::string(to_string(level)) + "`"; }
+std::string shown(bool flag) { return flag ? "`1`" : "`0`"; }
+std::string shown(const std::string& text) { return text.empty() ? "" : "`" + text + "`"; }
+template <typename T, typename Fallback>
+std::string shown(const PerDevice<T, Fallback>& field) {
+  return shown(field.every_device);
+}
+
+// The default column of a row: what holds when the variable is unset (markdown).
+std::string default_text(VariableId id) {
+  static const Config defaults;
+  switch (id) {
+#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP) \
+  case VariableId::NAME:                                                          \
+    return std::string_view(UNSET).empty() ? shown(defaults.FIELD) : std::string(UNSET);
+#include "variables.inc"
+  }
+  return "";
+}
+
 std::vector<DocRow> doc_rows() {
   std::vector<DocRow> rows;
-  for (const VariableInfo& v : kSliceVariables) {
+  for (std::size_t i = 0; i < std::size(kSliceVariables); ++i) {
+    const VariableInfo& v = kSliceVariables[i];
     const std::string name(v.name);
-    rows.push_back({name, std::string(v.help), std::string(v.default_text), name + "=" + std::string(v.example)});
+    rows.push_back(
+        {name, std::string(v.help), default_text(static_cast<VariableId>(i)), name + "=" + std::string(v.example)});
     if (v.scope == DeviceScope::per_device) {
       rows.push_back({name + "_<n>",
                       "the same for device ordinal n as this process numbers it; wins over `" + name + "`", "",

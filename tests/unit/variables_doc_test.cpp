@@ -51,7 +51,7 @@ TEST(VariablesTable, IsWellFormed) {
     EXPECT_FALSE(v.example.empty()) << v.name;
     EXPECT_FALSE(v.help.empty()) << v.name;
     EXPECT_EQ(v.help.find('|'), std::string_view::npos) << v.name << ": a | would split the markdown row";
-    EXPECT_EQ(v.default_text.find('|'), std::string_view::npos) << v.name;
+    EXPECT_EQ(v.unset_text.find('|'), std::string_view::npos) << v.name;
   }
   // The contract (docs/ARCHITECTURE.md) names these, with per-device forms for exactly two.
   const std::set<std::string_view> contract{"SLICE_MEMORY_LIMIT", "SLICE_COMPUTE_SHARE", "SLICE_COMPUTE_LIMIT",
