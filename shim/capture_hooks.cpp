@@ -8,6 +8,7 @@
 #include <mutex>
 #include <vector>
 
+#include "around.h"
 #include "capture.h"
 #include "hook_support.h"
 
@@ -56,8 +57,9 @@ CUstreamCaptureStatus capture_status(CUstream stream, bool ptsz, CUresult* rc) {
 
 // Captures are counted before the driver begins one, so that from the moment it has begun no query
 // of libslice's can run; a capture that failed to begin is taken back.
-template <typename Call>
-CUresult begin_capture(CUstream stream, bool ptsz, Call&& call) {
+}  // namespace
+
+CUresult begin_capture(CUstream stream, bool ptsz, RealCall call) {
   if (session_state() == SessionState::failed) return kFailedClosed;
   const bool per_thread = is_per_thread(stream, ptsz);
   {
@@ -75,8 +77,7 @@ CUresult begin_capture(CUstream stream, bool ptsz, Call&& call) {
 
 // Whatever cuStreamEndCapture answers (a graph, an invalidated or unjoined capture), the origin is
 // asked afterwards whether it still captures: only the origin, in the right thread, ends a capture.
-template <typename Call>
-CUresult end_capture(CUstream stream, bool ptsz, Call&& call) {
+CUresult end_capture(CUstream stream, bool ptsz, RealCall call) {
   if (session_state() == SessionState::failed) return kFailedClosed;
   const CUresult rc = call();
   CUresult asked = CUDA_SUCCESS;
@@ -86,8 +87,6 @@ CUresult end_capture(CUstream stream, bool ptsz, Call&& call) {
   }
   return rc;
 }
-
-}  // namespace
 
 bool stream_is_capturing(CUstream stream, bool ptsz) noexcept {
   CUresult rc = CUDA_SUCCESS;
@@ -123,46 +122,3 @@ void capture_forget_ended() noexcept {
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT CUresult cuStreamBeginCapture(CUstream hStream) {
-  return begin_capture(hStream, false, [&] { return SLICE_CALL_REAL(cuStreamBeginCapture, hStream); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuStreamBeginCapture_ptsz(CUstream hStream) {
-  return begin_capture(hStream, true, [&] { return SLICE_CALL_REAL(cuStreamBeginCapture_ptsz, hStream); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode) {
-  return begin_capture(hStream, false, [&] { return SLICE_CALL_REAL(cuStreamBeginCapture_v2, hStream, mode); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode) {
-  return begin_capture(hStream, true, [&] { return SLICE_CALL_REAL(cuStreamBeginCapture_v2_ptsz, hStream, mode); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
-                                                             const CUgraphNode* dependencies,
-                                                             const CUgraphEdgeData* dependencyData,
-                                                             size_t numDependencies, CUstreamCaptureMode mode) {
-  return begin_capture(hStream, false, [&] {
-    return SLICE_CALL_REAL(cuStreamBeginCaptureToGraph, hStream, hGraph, dependencies, dependencyData,
-                           numDependencies, mode);
-  });
-}
-
-extern "C" SLICE_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGraph,
-                                                                  const CUgraphNode* dependencies,
-                                                                  const CUgraphEdgeData* dependencyData,
-                                                                  size_t numDependencies, CUstreamCaptureMode mode) {
-  return begin_capture(hStream, true, [&] {
-    return SLICE_CALL_REAL(cuStreamBeginCaptureToGraph_ptsz, hStream, hGraph, dependencies, dependencyData,
-                           numDependencies, mode);
-  });
-}
-
-extern "C" SLICE_EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph* phGraph) {
-  return end_capture(hStream, false, [&] { return SLICE_CALL_REAL(cuStreamEndCapture, hStream, phGraph); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph* phGraph) {
-  return end_capture(hStream, true, [&] { return SLICE_CALL_REAL(cuStreamEndCapture_ptsz, hStream, phGraph); });
-}

@@ -5,6 +5,7 @@
 // A context that does not fit in the cap is destroyed again and the call is refused. Destroying
 // a context frees the allocations and arrays made in it, so their charges go with it.
 #include "accounts.h"
+#include "around.h"
 #include "compute.h"
 #include "hook_support.h"
 #include "log.h"
@@ -62,8 +63,10 @@ bool primary_active(CUdevice dev) {
   return get != nullptr && get(dev, &flags, &active) == CUDA_SUCCESS && active != 0;
 }
 
-template <typename Call>
-CUresult create_context(CUcontext* pctx, CUdevice dev, const char* what, Call&& call) {
+}  // namespace
+
+CUresult create_context(CUcontext* pctx, CUdevice dev, RealCall call) {
+  constexpr const char* what = "cuCtxCreate";
   current_context_changed_here();  // a created context is made current
   return accounted(
       [&](Session& s) {
@@ -83,8 +86,7 @@ CUresult create_context(CUcontext* pctx, CUdevice dev, const char* what, Call&& 
 }
 
 // The compute watcher forgets the context's streams and events before the driver destroys them.
-template <typename Call>
-CUresult destroy_context(CUcontext ctx, Call&& call) {
+CUresult destroy_context(CUcontext ctx, RealCall call) {
   current_context_changed_here();
   return accounted(
       [&](Session& s) {
@@ -99,8 +101,7 @@ CUresult destroy_context(CUcontext ctx, Call&& call) {
 
 // After a primary context's release or reset: if it is no longer active, it and what was
 // allocated in it are gone.
-template <typename Call>
-CUresult primary_release(CUdevice dev, Call&& call) {
+CUresult release_primary_context(CUdevice dev, RealCall call) {
   return accounted(
       [&](Session& s) {
         // It may go with this call: the watcher forgets the streams it knows on the device first
@@ -116,7 +117,6 @@ CUresult primary_release(CUdevice dev, Call&& call) {
       call);
 }
 
-}  // namespace
 }  // namespace slice::shim
 
 using namespace slice::shim;
@@ -142,54 +142,9 @@ extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdev
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-  return primary_release(dev, [&] { return SLICE_CALL_REAL(cuDevicePrimaryCtxRelease_v2, dev); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
-  return primary_release(dev, [&] { return SLICE_CALL_REAL(cuDevicePrimaryCtxRelease, dev); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) {
-  return primary_release(dev, [&] { return SLICE_CALL_REAL(cuDevicePrimaryCtxReset_v2, dev); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) {
-  return primary_release(dev, [&] { return SLICE_CALL_REAL(cuDevicePrimaryCtxReset, dev); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) {
-  return create_context(pctx, dev, "cuCtxCreate", [&] { return SLICE_CALL_REAL(cuCtxCreate_v2, pctx, flags, dev); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* paramsArray, int numParams,
-                                                unsigned int flags, CUdevice dev) {
-  return create_context(pctx, dev, "cuCtxCreate",
-                        [&] { return SLICE_CALL_REAL(cuCtxCreate_v3, pctx, paramsArray, numParams, flags, dev); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* ctxCreateParams,
-                                                unsigned int flags, CUdevice dev) {
-  return create_context(pctx, dev, "cuCtxCreate",
-                        [&] { return SLICE_CALL_REAL(cuCtxCreate_v4, pctx, ctxCreateParams, flags, dev); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxCreate(CUcontext* pctx, unsigned int flags, CUdevice dev) {
-  return create_context(pctx, dev, "cuCtxCreate", [&] { return SLICE_CALL_REAL(cuCtxCreate, pctx, flags, dev); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxDestroy(CUcontext ctx) {
-  return destroy_context(ctx, [&] { return SLICE_CALL_REAL(cuCtxDestroy, ctx); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
-  return destroy_context(ctx, [&] { return SLICE_CALL_REAL(cuCtxDestroy_v2, ctx); });
-}
-
 // Changes of the calling thread's current context: passed through, and the launch path's
 // remembered context forgotten.
-template <typename Call>
-CUresult switch_context(Call&& call) {
+CUresult slice::shim::switch_context(RealCall call) {
   if (session_state() == SessionState::failed) return kFailedClosed;
   current_context_changed_here();
   const CUresult rc = call();
@@ -197,22 +152,3 @@ CUresult switch_context(Call&& call) {
   return rc;
 }
 
-extern "C" SLICE_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
-  return switch_context([&] { return SLICE_CALL_REAL(cuCtxSetCurrent, ctx); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
-  return switch_context([&] { return SLICE_CALL_REAL(cuCtxPushCurrent_v2, ctx); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxPushCurrent(CUcontext ctx) {
-  return switch_context([&] { return SLICE_CALL_REAL(cuCtxPushCurrent, ctx); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
-  return switch_context([&] { return SLICE_CALL_REAL(cuCtxPopCurrent_v2, pctx); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxPopCurrent(CUcontext* pctx) {
-  return switch_context([&] { return SLICE_CALL_REAL(cuCtxPopCurrent, pctx); });
-}

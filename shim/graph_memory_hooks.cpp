@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "accounts.h"
+#include "around.h"
 #include "coordinator_layout.h"
 #include "hook_support.h"
 #include "launch_gate.h"
@@ -177,6 +178,11 @@ bool settle_graph_memory(Session& s, int device) {
   return went_down;
 }
 
+// A graph launch is a launch: it passes the compute gate, then maps its memory if it has any.
+CUresult graph_launch(CUgraphExec exec, CUstream stream, bool ptsz, RealCall call) {
+  return gated_launch(stream, ptsz, [&] { return map_and_run(exec, "cuGraphLaunch", call); });
+}
+
 }  // namespace slice::shim
 
 using namespace slice::shim;
@@ -218,20 +224,6 @@ extern "C" SLICE_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec,
                                                        CUgraphNode* phErrorNode, char* logBuffer, size_t bufferSize) {
   return instantiate(phGraphExec, hGraph, false, [&] {
     return SLICE_CALL_REAL(cuGraphInstantiate_v2, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
-  });
-}
-
-// A graph launch is a launch: it passes the compute gate, then maps its memory if it has any.
-extern "C" SLICE_EXPORT CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
-  return gated_launch(hStream, false, [&] {
-    return map_and_run(hGraphExec, "cuGraphLaunch", [&] { return SLICE_CALL_REAL(cuGraphLaunch, hGraphExec, hStream); });
-  });
-}
-
-extern "C" SLICE_EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
-  return gated_launch(hStream, true, [&] {
-    return map_and_run(hGraphExec, "cuGraphLaunch",
-                       [&] { return SLICE_CALL_REAL(cuGraphLaunch_ptsz, hGraphExec, hStream); });
   });
 }
 

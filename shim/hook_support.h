@@ -2,6 +2,8 @@
 // to charge, pass the call through, or fail closed.
 #pragma once
 
+#include <type_traits>
+
 #include "session.h"
 #include "shim.h"
 
@@ -35,6 +37,23 @@ CUresult after_success(Call&& call, Then&& then) {
       },
       call);
 }
+
+// The driver's call of a generated wrapper (SLICE_HOOK_CU_AROUND), as its helper receives it: a
+// reference to the wrapper's lambda, so that helpers need not be templates in headers. It lives
+// only as long as the call it is passed to.
+class RealCall {
+ public:
+  template <typename F>
+    requires(!std::is_same_v<std::remove_cvref_t<F>, RealCall>)
+  RealCall(F&& f) noexcept  // NOLINT: made implicitly from the lambda at every generated call
+      : target_(const_cast<void*>(static_cast<const void*>(&f))),
+        thunk_([](void* t) -> CUresult { return (*static_cast<std::remove_reference_t<F>*>(t))(); }) {}
+  CUresult operator()() const { return thunk_(target_); }
+
+ private:
+  void* target_;
+  CUresult (*thunk_)(void*);
+};
 
 // Calls the real function of a hook; an absent driver answers as an absent driver would.
 template <typename Fn, typename... Args>

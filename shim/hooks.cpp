@@ -15,10 +15,22 @@
 #include "nvml_api.h"
 #include "slice/nvml_subset.h"
 
+#include "around.h"        // the helpers of _AROUND entries
 #include "hook_support.h"  // SLICE_EXPORT
 
-// Generated pass-through wrappers of the SLICE_HOOK_CU entries (launches, for now). They fail
-// closed like every hook. SLICE_HOOK_CU_CUSTOM and NVML wrappers are written by hand in shim/.
+// Generated wrappers: pass-through ones for SLICE_HOOK_CU entries (failing closed like every hook),
+// and for the _AROUND entries a call of their helper (around.h) with the driver's call. The wrappers
+// of SLICE_HOOK_CU_CUSTOM and SLICE_HOOK_NVML entries are written by hand in shim/.
+#define SLICE_LEAD_ARGS_(...) __VA_ARGS__ __VA_OPT__(, )  // (a, b) -> a, b,   () -> nothing
+#define SLICE_AND_ARGS_(...) __VA_OPT__(, ) __VA_ARGS__   // (a, b) -> , a, b  () -> nothing
+#define SLICE_HOOK_CU_AROUND(name, ret, params, args, helper, lead)                                    \
+  extern "C" SLICE_EXPORT ret name params {                                                            \
+    return ::slice::shim::helper(SLICE_LEAD_ARGS_ lead[&] {                                            \
+      return ::slice::shim::call_real(SLICE_REAL(name) SLICE_AND_ARGS_ args);                         \
+    });                                                                                                \
+  }
+#define SLICE_HOOK_NVML_AROUND(name, ret, params, args, helper, lead) \
+  extern "C" SLICE_EXPORT ret name params { return ::slice::shim::helper(SLICE_LEAD_ARGS_ lead SLICE_REAL(name)); }
 #define SLICE_HOOK_CU_CUSTOM(name, ret, params, args)
 #define SLICE_HOOK_NVML(name, ret, params, args)
 #define SLICE_HOOK_CU(name, ret, params, args)                                                 \
@@ -30,8 +42,12 @@
   }
 #include "hooked_functions.inc"
 #undef SLICE_HOOK_CU
+#undef SLICE_HOOK_CU_AROUND
 #undef SLICE_HOOK_CU_CUSTOM
 #undef SLICE_HOOK_NVML
+#undef SLICE_HOOK_NVML_AROUND
+#undef SLICE_LEAD_ARGS_
+#undef SLICE_AND_ARGS_
 
 // Every wrapper, generated or written by hand, has exactly the list's signature (cuda.h and
 // nvml_api.h declare them by their export names, so a mismatch would not compile either).

@@ -24,4 +24,10 @@ CUresult gated_launch(CUstream stream, bool ptsz, Call&& call) {
       call);
 }
 
+// cuLaunchKernelEx: the stream is the launch configuration's.
+template <typename Call>
+CUresult gated_launch_ex(const CUlaunchConfig* config, bool ptsz, Call&& call) {
+  return gated_launch(config != nullptr ? config->hStream : nullptr, ptsz, call);
+}
+
 }  // namespace slice::shim

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "around.h"
 #include "coordinator_view.h"
 #include "hook_support.h"
 #include "limits_text.h"
@@ -94,7 +95,7 @@ nvmlReturn_t nvml_init(Call&& call) {
 
 // The driver's list, of any process-info layout, filtered to the tenant's processes.
 template <typename Info, typename Call>
-nvmlReturn_t running_processes(unsigned int* count, Info* infos, Call&& call) {
+nvmlReturn_t tenant_processes(unsigned int* count, Info* infos, Call&& call) {
   if (session_state() == SessionState::failed) return kNvmlFailedClosed;
   if (disabled() || count == nullptr || !tenant_known()) return call(count, infos);
   std::vector<Info> all(64);
@@ -152,7 +153,7 @@ namespace {
 // Both memory-info layouts: the driver answers, then total and free become the slice's and used
 // what is left of it. v2's reserve (the driver's own) is outside any slice.
 template <typename Memory, typename Fn>
-nvmlReturn_t memory_info(Fn real, nvmlDevice_t device, Memory* memory) {
+nvmlReturn_t slice_memory_info(Fn real, nvmlDevice_t device, Memory* memory) {
   if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
   if (session_state() == SessionState::failed) return kNvmlFailedClosed;
   const nvmlReturn_t rc = real(device, memory);
@@ -168,22 +169,25 @@ nvmlReturn_t memory_info(Fn real, nvmlDevice_t device, Memory* memory) {
 
 }  // namespace
 
-extern "C" SLICE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t* memory) {
-  return memory_info(SLICE_REAL(nvmlDeviceGetMemoryInfo), device, memory);
+// The overloads the generated wrappers call (around.h), one per layout.
+nvmlReturn_t slice::shim::memory_info(nvmlDevice_t device, nvmlMemory_t* memory,
+                                      decltype(&::nvmlDeviceGetMemoryInfo) real) {
+  return slice_memory_info(real, device, memory);
 }
 
-extern "C" SLICE_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t* memory) {
-  return memory_info(SLICE_REAL(nvmlDeviceGetMemoryInfo_v2), device, memory);
+nvmlReturn_t slice::shim::memory_info(nvmlDevice_t device, nvmlMemory_v2_t* memory,
+                                      decltype(&::nvmlDeviceGetMemoryInfo_v2) real) {
+  return slice_memory_info(real, device, memory);
 }
 
-#define SLICE_PROCESS_HOOK(name, info_type)                                                          \
-  extern "C" SLICE_EXPORT nvmlReturn_t name(nvmlDevice_t device, unsigned int* infoCount, info_type* infos) { \
-    const auto real = SLICE_REAL(name);                                                         \
-    if (real == nullptr) return NVML_ERROR_UNINITIALIZED;                                            \
-    return running_processes(infoCount, infos,                                                       \
-                             [&](unsigned int* n, info_type* out) { return real(device, n, out); }); \
-  }
-SLICE_PROCESS_HOOK(nvmlDeviceGetComputeRunningProcesses_v3, nvmlProcessInfo_t)
-SLICE_PROCESS_HOOK(nvmlDeviceGetComputeRunningProcesses_v2, nvmlProcessInfo_t)
-SLICE_PROCESS_HOOK(nvmlDeviceGetComputeRunningProcesses, nvmlProcessInfo_v1_t)
-#undef SLICE_PROCESS_HOOK
+nvmlReturn_t slice::shim::running_processes(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos,
+                                            decltype(&::nvmlDeviceGetComputeRunningProcesses_v3) real) {
+  if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
+  return tenant_processes(count, infos, [&](unsigned int* n, nvmlProcessInfo_t* out) { return real(device, n, out); });
+}
+
+nvmlReturn_t slice::shim::running_processes(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos,
+                                            decltype(&::nvmlDeviceGetComputeRunningProcesses) real) {
+  if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
+  return tenant_processes(count, infos, [&](unsigned int* n, nvmlProcessInfo_v1_t* out) { return real(device, n, out); });
+}

@@ -7,6 +7,7 @@
 // past its cap, the allocation is freed again and refused, as if the estimate had been right.
 // Pools in host memory are not VRAM and pass through.
 #include "accounts.h"
+#include "around.h"
 #include "capture.h"
 #include "hook_support.h"
 #include "limits_text.h"
@@ -280,16 +281,16 @@ CUresult free_async(CUdeviceptr dptr, Call&& call) {
   });
 }
 
+}  // namespace
+
 // After a synchronisation that may have let pools give memory back (a free came before it).
-template <typename Call>
-CUresult synchronize(Call&& call) {
+CUresult slice::shim::synchronize(RealCall call) {
+  if (session_state() == SessionState::failed) return kFailedClosed;
   const CUresult rc = call();
   if (Session* s = current_session(); s != nullptr && s->pools->frees_pending.exchange(false))
     settle_pools(*s, -1);
   return rc;
 }
-
-}  // namespace
 
 extern "C" SLICE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
   return free_async(dptr, [&] { return SLICE_CALL_REAL(cuMemFreeAsync, dptr, hStream); });
@@ -299,27 +300,3 @@ extern "C" SLICE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream 
   return free_async(dptr, [&] { return SLICE_CALL_REAL(cuMemFreeAsync_ptsz, dptr, hStream); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuStreamSynchronize(CUstream hStream) {
-  if (session_state() == SessionState::failed) return kFailedClosed;
-  return synchronize([&] { return SLICE_CALL_REAL(cuStreamSynchronize, hStream); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream) {
-  if (session_state() == SessionState::failed) return kFailedClosed;
-  return synchronize([&] { return SLICE_CALL_REAL(cuStreamSynchronize_ptsz, hStream); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuEventSynchronize(CUevent hEvent) {
-  if (session_state() == SessionState::failed) return kFailedClosed;
-  return synchronize([&] { return SLICE_CALL_REAL(cuEventSynchronize, hEvent); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxSynchronize(void) {
-  if (session_state() == SessionState::failed) return kFailedClosed;
-  return synchronize([&] { return SLICE_CALL_REAL(cuCtxSynchronize); });
-}
-
-extern "C" SLICE_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx) {
-  if (session_state() == SessionState::failed) return kFailedClosed;
-  return synchronize([&] { return SLICE_CALL_REAL(cuCtxSynchronize_v2, ctx); });
-}
