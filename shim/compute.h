@@ -1,5 +1,5 @@
 // Compute slices in a process: the gate every launch passes, and the watcher thread that measures
-// what this process's tenant receives and decides, with the policy of libslice/share_policy.h,
+// what this process's tenant receives and decides, with the policy of libslice/coordinator/share_policy.h,
 // whether the gate is open.
 //
 // The launch path costs a few loads and one atomic add: no lock, no system call, unless the gate is

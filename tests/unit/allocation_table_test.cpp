@@ -1,4 +1,4 @@
-// The allocation table (libslice/allocation_table.h): what each operation promises, alone and with
+// The allocation table (libslice/coordinator/allocation_table.h): what each operation promises, alone and with
 // many threads at once, in a table of the default size and in small ones that overflow into the
 // locked path; and that a table which never had an entry reserves no memory.
 #include "allocation_table.h"

@@ -1,4 +1,4 @@
-// RepeatFilter (libslice/log_repeats.h) with a clock the test moves: a burst is written, the rest
+// RepeatFilter (libslice/log/log_repeats.h) with a clock the test moves: a burst is written, the rest
 // counted, and the count comes back as one line when the window closes, at the next line, or when
 // drained at exit.
 #include "log_repeats.h"

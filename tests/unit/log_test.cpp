@@ -1,4 +1,4 @@
-// libslice's log (libslice/log.h) end to end: the line format, level filtering, the file
+// libslice's log (libslice/log/log.h) end to end: the line format, level filtering, the file
 // destination and its fallback, repeated lines limited, lines from threads and a forked child
 // never interleaved or lost, and a line written from a static destructor at exit. Cases that need
 // a process of their own (exit, standard error) run in a forked child.

@@ -17,7 +17,7 @@ variants). The rule this script applies, checked against the CUDA 13 runtime's r
     cuMemcpyHtoD_v2_ptds). Which suffix a function uses is read from cuda.h's __CUDA_API_PTDS /
     __CUDA_API_PTSZ macros and must agree with the typedef's own suffix.
   * A request (name, V) takes the newest ABI whose version is <= V; resolution itself lives in
-    libslice/procaddr_map.cpp.
+    libslice/procaddr/procaddr_map.cpp.
 
 cuda.h also renames public names to their current export (#define cuMemAlloc cuMemAlloc_v2). Each
 such rename must equal the newest ABI the rule derives; where it does not, the generator stops

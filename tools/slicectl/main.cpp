@@ -8,7 +8,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "printable.h"
-#include "usage.h"
+#include "help_text.h"
 
 namespace {
 

@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cctype>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -14,6 +13,7 @@
 #include "commands.h"
 #include "config_values.h"
 #include "coordinator_view.h"
+#include "gpu_uuid.h"
 #include "limits_text.h"
 #include "policy.h"
 #include "printable.h"
@@ -50,29 +50,11 @@ std::optional<slice::MemoryLimit> memory_value(std::string_view option, std::str
   return limit.value;
 }
 
-// GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, hex digits in either case, as uuid_text writes it.
-std::optional<std::string> normalized_uuid(std::string_view text) {
-  static constexpr std::string_view kShape = "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx";
-  if (text.size() != kShape.size()) return std::nullopt;
-  std::string out;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (kShape[i] == 'x') {
-      if (!std::isxdigit(static_cast<unsigned char>(c))) return std::nullopt;
-      out += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    } else {
-      if (std::toupper(static_cast<unsigned char>(c)) != kShape[i]) return std::nullopt;
-      out += kShape[i];
-    }
-  }
-  return out;
-}
-
 void read_memory_gpu(const std::string& value, Changes& c) {
   const std::string example = std::string(kExampleUuid) + "=8Gi";
   const auto eq = value.find('=');
   if (eq == std::string::npos) invalid_option("--memory-gpu", value, "expected UUID=Q", example);
-  const auto uuid = normalized_uuid(std::string_view(value).substr(0, eq));
+  const auto uuid = slice::canonical_gpu_uuid(std::string_view(value).substr(0, eq));
   if (!uuid)
     invalid_option("--memory-gpu", value,
                    "'" + slice::printable(value.substr(0, eq)) +

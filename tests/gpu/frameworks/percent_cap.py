@@ -8,7 +8,7 @@ and one of 110% is refused with torch.cuda.OutOfMemoryError.
 
 The device's total is read without libslice (children whose environment lacks LD_PRELOAD):
 - the driver's cuDeviceTotalMem (cuda-bindings; torch's total_memory where cuda-bindings is absent),
-  which is what libslice takes a percentage of (shim/session.cpp, libslice/quantity.cpp: the cap is
+  which is what libslice takes a percentage of (shim/session.cpp, libslice/config/quantity.cpp: the cap is
   floor(total x N / 100)): the default reference, compared exactly (within 1 MiB);
 - nvidia-smi --query-gpu=memory.total (NVML's total, in MiB), reported as well. On many GPUs NVML's
   total is larger than the driver's cuDeviceTotalMem by a few hundred MiB, so N% of it differs from

@@ -186,33 +186,6 @@ ConfigError value_error(const VariableInfo& info, const DeviceKey& device, const
 
 }  // namespace
 
-std::optional<std::string> gpu_uuid_of_suffix(std::string_view suffix) {
-  // GPU_ then 8_4_4_4_12 hex digits: the positions of the underscores are fixed.
-  constexpr std::string_view kShape = "GPU_xxxxxxxx_xxxx_xxxx_xxxx_xxxxxxxxxxxx";
-  if (suffix.size() != kShape.size() || !suffix.starts_with(kGpuSuffixPrefix)) return std::nullopt;
-  std::string uuid = "GPU-";
-  for (std::size_t i = kGpuSuffixPrefix.size(); i < suffix.size(); ++i) {
-    const char c = suffix[i];
-    if (kShape[i] == '_') {
-      if (c != '_') return std::nullopt;
-      uuid += '-';
-    } else if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')) {
-      uuid += c;
-    } else if (c >= 'A' && c <= 'F') {
-      uuid += static_cast<char>(c - 'A' + 'a');
-    } else {
-      return std::nullopt;
-    }
-  }
-  return uuid;
-}
-
-std::string gpu_uuid_suffix(std::string_view uuid) {
-  std::string suffix(uuid);
-  std::replace(suffix.begin(), suffix.end(), '-', '_');
-  return suffix;
-}
-
 std::string ConfigError::message() const {
   return printable(variable) + "='" + printable(value) + "' is not valid: " + reason + "; example: " + example;
 }

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "config_values.h"
+#include "gpu_uuid.h"
 #include "quantity.h"
 #include "variables.h"
 
@@ -52,13 +53,6 @@ struct PerDevice {
   }
   bool operator==(const PerDevice&) const = default;
 };
-
-// The canonical UUID text a NAME_GPU_<uuid> suffix names ("GPU_516d696d_6770_4075_8000_000000000000"
-// -> "GPU-516d696d-6770-4075-8000-000000000000", hex digits lowercased); nullopt when it is none.
-std::optional<std::string> gpu_uuid_of_suffix(std::string_view suffix);
-
-// The suffix that names a GPU by UUID, the inverse of gpu_uuid_of_suffix ("GPU-516d…" -> "GPU_516d…").
-std::string gpu_uuid_suffix(std::string_view uuid);
 
 // ---- Config's members, declared from the table (variables.inc) ---------------------------------
 

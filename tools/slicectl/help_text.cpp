@@ -1,4 +1,4 @@
-#include "usage.h"
+#include "help_text.h"
 
 #include "config_values.h"
 

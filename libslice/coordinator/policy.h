@@ -27,6 +27,7 @@
 #include "coordinator_layout.h"
 #include "limits_text.h"
 #include "config_values.h"
+#include "gpu_uuid.h"  // uuid_text
 #include "quantity.h"
 
 namespace slice {
@@ -82,7 +83,6 @@ bool prepare_policy_folder(const std::string& policy_dir, std::string& error);
 bool prepare_machine(const std::string& dir, const std::string& policy_dir, std::vector<std::string>& done,
                      std::vector<std::string>& problems, std::string& error);
 
-std::string uuid_text(const std::uint8_t uuid[16]);  // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 
 // The policy generation counter, mapped read-only: reading it costs one load.
 class PolicyWatcher {
