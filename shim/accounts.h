@@ -1,6 +1,6 @@
-// Memory the driver holds on the process's behalf beyond single allocations: what memory pools
-// keep reserved (stream-ordered allocation), and VMM allocations that live until both released and
-// unmapped. Each charges the coordinator exactly what the driver holds.
+// The books of what the process holds beyond plain allocations: what memory pools keep reserved
+// (stream-ordered allocation), VMM allocations that live until both released and unmapped, IPC
+// memory opened and exported, managed memory. Each charges exactly what the driver holds.
 #pragma once
 
 #define __CUDA_API_VERSION_INTERNAL 1
@@ -14,6 +14,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "coordinator_layout.h"  // kMaxDevices
+
 namespace slice::shim {
 
 struct Session;
@@ -21,6 +23,11 @@ struct Session;
 // A pool's charge follows its CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: memory a pool keeps after a free
 // is memory in use. It is re-read after every allocation from the pool, a trim, a change of the
 // release threshold, and before a refusal or a report (a synchronisation may have released some).
+// The driver grows pools, the graph memory pool too, by whole chunks; the simulator's and current
+// drivers' are 2 MiB. A pool's growth to hold `bytes` is that many bytes rounded up to chunks.
+constexpr std::uint64_t kPoolChunk = 2ull << 20;
+constexpr std::uint64_t pool_growth(std::uint64_t bytes) { return (bytes + kPoolChunk - 1) / kPoolChunk * kPoolChunk; }
+
 class PoolAccounts {
  public:
   struct Pool {
@@ -30,7 +37,7 @@ class PoolAccounts {
   std::mutex mu;
   std::unordered_map<CUmemoryPool, Pool> pools;
   // Each device's graph memory pool (graph memory nodes): charged what it holds reserved.
-  std::uint64_t graph_charged[16] = {};
+  std::uint64_t graph_charged[kMaxDevices] = {};
   // A stream-ordered free happened since the last synchronisation: the next one may have let a
   // pool give memory back, so it settles the pools (only then: synchronisations are frequent).
   std::atomic<bool> frees_pending{false};

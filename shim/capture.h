@@ -22,6 +22,12 @@ extern std::shared_mutex g_query_mu;  // shared: libslice's own queries; exclusi
 }  // namespace capture_detail
 
 // Whether any capture is in progress in this process: one relaxed load, for the launch path.
+// Whether `stream` names the calling thread's per-thread default stream: CU_STREAM_PER_THREAD, or 0
+// given to a _ptsz export.
+inline bool is_per_thread(CUstream stream, bool ptsz) noexcept {
+  return stream == CU_STREAM_PER_THREAD || (ptsz && stream == nullptr);
+}
+
 inline bool captures_active() noexcept {
   return capture_detail::g_active.load(std::memory_order_relaxed) != 0;
 }

@@ -34,7 +34,6 @@ std::vector<Origin>& origins() {  // guarded by g_query_mu (exclusive); made on 
   return *v;
 }
 
-bool is_per_thread(CUstream stream, bool ptsz) { return stream == CU_STREAM_PER_THREAD || (ptsz && stream == nullptr); }
 
 bool same(const Origin& o, CUstream stream, bool per_thread) {
   return per_thread ? o.per_thread && pthread_equal(o.thread, pthread_self()) : !o.per_thread && o.stream == stream;
@@ -55,10 +54,10 @@ CUstreamCaptureStatus capture_status(CUstream stream, bool ptsz, CUresult* rc) {
   return status;
 }
 
-// Captures are counted before the driver begins one, so that from the moment it has begun no query
-// of libslice's can run; a capture that failed to begin is taken back.
 }  // namespace
 
+// Captures are counted before the driver begins one, so that from the moment it has begun no query
+// of libslice's can run; a capture that failed to begin is taken back.
 CUresult begin_capture(CUstream stream, bool ptsz, RealCall call) {
   if (session_state() == SessionState::failed) return kFailedClosed;
   const bool per_thread = is_per_thread(stream, ptsz);

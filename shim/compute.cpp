@@ -16,6 +16,7 @@
 #include "reconcile.h"
 #include "session.h"
 #include "share_policy.h"
+#include "tenant_file.h"  // monotonic_ns
 #include "shim.h"
 
 namespace slice::shim {
@@ -50,14 +51,6 @@ constexpr std::uint64_t kClosedLookNs = 10'000'000;
 constexpr std::uint64_t kGateDeadlineNs = 2'000'000'000;
 // Work this process may queue ahead when others want the device, in device time.
 constexpr std::uint64_t kQueueAheadNs = 8'000'000;
-
-std::uint64_t monotonic_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-int rank(Priority p) { return p == Priority::high ? 2 : p == Priority::normal ? 1 : 0; }
 
 // The gate may have opened: its sleepers look again.
 void wake_gate(ComputeLane& lane) {
@@ -278,12 +271,12 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   for (const TenantCompute& t : w.board_rows) {
     others.push_back({t.share, t.limit, t.priority, t.window_received_ns, t.active || t.wanting, t.active});
     const bool wants = t.active || t.wanting;
-    contended |= wants && rank(t.priority) >= rank(settings.priority);
+    contended |= wants && priority_rank(t.priority) >= priority_rank(settings.priority);
     // A higher priority that used the device within the window will likely want it again soon: its
     // next request must not wait behind a deep queue of ours, so ours stays one launch deep.
     // So does one that joined within the window: its first request should not wait either.
     higher_present |= (wants || t.window_received_ns != 0 || joined_within(t, now, watch_->policy.window_ns)) &&
-                      rank(t.priority) > rank(settings.priority);
+                      priority_rank(t.priority) > priority_rank(settings.priority);
   }
   contended |= higher_present;
   const bool tenant_active = entry.active_processes.load(std::memory_order_relaxed) != 0;

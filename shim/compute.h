@@ -64,7 +64,7 @@ struct ComputeLane {
 };
 
 // Queries where this process's launches went; when all are done, the lane is drained (since_drain
-// back to 0, the launch cost measured) and true is returned. `context`: only targets of this context
+// back to 0, the launch cost measured) and true is returned. `only_context`: only targets of this context
 // can be queried (a thread must not change the application's current context); nullptr: any, the
 // watcher making each current in turn (`current` remembers what it made current).
 bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current);
@@ -94,9 +94,9 @@ class Compute {
   std::atomic<bool> stop_{false};
 };
 
-// The launch gate, in two halves around the driver's call. gate_enter returns the lane the launch
-// goes to (nullptr: not gated, as when libslice is off), after waiting while the gate is closed;
-// gate_leave counts a launch that succeeded. `per_thread`: the launch went to the calling thread's
+// The launch gate, in two halves around the driver's call. gate_enter returns a ticket (its lane
+// nullptr: not gated, as when libslice is off), after waiting while the gate is closed; gate_leave
+// counts a launch that succeeded and records the per-thread stream's event. `per_thread`: the launch went to the calling thread's
 // per-thread default stream (a _ptsz entry point with stream 0, or CU_STREAM_PER_THREAD).
 struct GateTicket {
   ComputeLane* lane = nullptr;

@@ -4,7 +4,7 @@
 // that clear that one flag (the second argument) and JUMP to glibc's dlopen with the caller's
 // return address untouched: glibc finds the caller from it, and the caller decides the namespace,
 // the RPATH/RUNPATH searched and what $ORIGIN in the file name means. An ordinary C wrapper would
-// make libslice the caller of every dlopen in the process. See ARCHITECTURE.md part B.
+// make libslice the caller of every dlopen in the process. See docs/ARCHITECTURE.md, "How calls reach libslice".
 //
 // Nothing else changes and nothing is logged: this runs for every dlopen of the process, CUDA or
 // not, and clearing DEEPBIND only gives the library the binding it would have had without it.

@@ -3,7 +3,7 @@
 // dlsym with the caller's arguments and return address untouched. glibc decides what RTLD_NEXT
 // means from that return address; an ordinary C wrapper would make libslice the caller, so another
 // preloaded library's dlsym(RTLD_NEXT, ...) would resolve relative to libslice (finding itself
-// and recursing, or nothing). See ARCHITECTURE.md part B.
+// and recursing, or nothing). See docs/ARCHITECTURE.md, "How calls reach libslice".
 #include <dlfcn.h>
 #include <link.h>
 

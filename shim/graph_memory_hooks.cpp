@@ -22,7 +22,6 @@
 namespace slice::shim {
 namespace {
 
-constexpr std::uint64_t kGraphPoolChunk = 2ull << 20;  // the pool grows by whole chunks
 
 struct GraphExecMemory {
   std::array<std::uint64_t, kMaxDevices> bytes{};  // per device: what its allocation nodes ask for, chunk-rounded
@@ -70,7 +69,7 @@ bool graph_allocations(Session& s, CUgraph graph, GraphExecMemory& out, int dept
     const int device = s.index_of(params.poolProps.location.id);
     if (device < 0) continue;
     any = true;
-    out.bytes[device] += (params.bytesize + kGraphPoolChunk - 1) / kGraphPoolChunk * kGraphPoolChunk;
+    out.bytes[device] += pool_growth(params.bytesize);
   }
   return any;
 }

@@ -1,5 +1,5 @@
-// What every hand-written hook shares: the export attribute, and the one way a hook learns whether
-// to charge, pass the call through, or fail closed.
+// What every hook shares, generated or written by hand: the export attribute, the one way a hook
+// learns whether to charge, pass the call through, or fail closed, and the one way to call the driver.
 #pragma once
 
 #include <type_traits>
@@ -89,7 +89,7 @@ CUresult free_recorded(Session& s, AllocationTable& table, std::uint64_t key, Ca
   return rc;
 }
 
-// Moves a recorded charge to `bytes` once the driver said what it really took (pitch, arrays),
+// Moves a recorded charge to `bytes` once the driver said what it really took (pitch, pools, graph memory),
 // cap or no cap: the memory exists either way.
 void settle_charge(Session& s, int device, std::uint64_t charged, std::uint64_t bytes);
 

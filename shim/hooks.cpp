@@ -1,4 +1,5 @@
-// The table of hooks (hooked_functions.inc) and the generated pass-through wrappers. Where the
+// The table of hooks (hooked_functions.inc) and the generated wrappers: pass-through ones, and for
+// _AROUND entries one call of their helper (around.h). Where the
 // library is not installed, a wrapper answers what a process without it would see from a loader
 // that found nothing to call:
 //   driver calls: CUDA_ERROR_NOT_INITIALIZED (no cuInit can have succeeded);
@@ -16,7 +17,7 @@
 #include "slice/nvml_subset.h"
 
 #include "around.h"        // the helpers of _AROUND entries
-#include "hook_support.h"  // SLICE_EXPORT
+#include "hook_support.h"  // SLICE_EXPORT, call_real, kFailedClosed
 
 // Generated wrappers: pass-through ones for SLICE_HOOK_CU entries (failing closed like every hook),
 // and for the _AROUND entries a call of their helper (around.h) with the driver's call. The wrappers
@@ -37,7 +38,7 @@
   extern "C" SLICE_EXPORT ret name params {                                                    \
     const auto real = SLICE_REAL(name);                                                        \
     if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                    \
-    if (slice::shim::session_state() == slice::shim::SessionState::failed) return CUDA_ERROR_INVALID_VALUE; \
+    if (slice::shim::session_state() == slice::shim::SessionState::failed) return slice::shim::kFailedClosed; \
     return real args;                                                                          \
   }
 #include "hooked_functions.inc"

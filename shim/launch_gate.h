@@ -1,4 +1,5 @@
-// gated_launch: what every launch hook (kernels and graphs) does around the driver's call.
+// gated_launch(_ex): the compute gate around every single-stream launch (kernels and graphs);
+// the helper of the generated launch wrappers (hooked_functions.inc).
 #pragma once
 
 #include "capture.h"
@@ -15,7 +16,7 @@ CUresult gated_launch(CUstream stream, bool ptsz, Call&& call) {
   return accounted(
       [&](Session& s) {
         if (captures_active() && stream_is_capturing(stream, ptsz)) return call();
-        const bool per_thread = stream == CU_STREAM_PER_THREAD || (ptsz && stream == nullptr);
+        const bool per_thread = is_per_thread(stream, ptsz);
         const GateTicket ticket = gate_enter(s, stream, per_thread);
         const CUresult rc = call();
         gate_leave(ticket, rc);

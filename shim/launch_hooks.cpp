@@ -10,7 +10,7 @@
 using namespace slice::shim;
 
 namespace {
-constexpr unsigned kMaxGatedDevices = 16;  // a multi-device launch across more passes ungated
+constexpr unsigned kMaxGatedDevices = slice::kMaxDevices;  // a multi-device launch across more passes ungated
 }  // namespace
 
 // One kernel per device, each into its own stream (and context): each device's gate is passed.

@@ -16,9 +16,6 @@
 namespace slice::shim {
 namespace {
 
-// The driver grows pools by whole chunks; the simulator's and current drivers' are 2 MiB.
-constexpr std::uint64_t kPoolChunk = 2ull << 20;
-
 std::uint64_t pool_attribute(CUmemoryPool pool, CUmemPool_attribute attribute) {
   cuuint64_t value = 0;
   const auto get = SLICE_REAL(cuMemPoolGetAttribute);
@@ -97,7 +94,7 @@ CUresult alloc_from(Session& s, CUmemoryPool pool, int device, std::uint64_t byt
   const std::uint64_t reserved = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
   const std::uint64_t used = pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
   const std::uint64_t idle = reserved > used ? reserved - used : 0;
-  const std::uint64_t need = (bytes + kPoolChunk - 1) / kPoolChunk * kPoolChunk;
+  const std::uint64_t need = pool_growth(bytes);
   const std::uint64_t growth = need > idle ? need - idle : 0;
   // Even with no growth expected the tenant must be within its cap: a request that fits the pool's
   // idle memory is refused once an earlier overgrowth left the tenant past it.

@@ -36,6 +36,6 @@ extern "C" SLICE_EXPORT int slice_get_info(int device, slice_info* info) {
   const Coordinator::ComputeSettings compute = c.compute(device);
   info->compute_share = compute.share;
   info->compute_limit = compute.limit;
-  info->priority = compute.priority == Priority::high ? 2 : compute.priority == Priority::low ? 0 : 1;
+  info->priority = priority_rank(compute.priority);
   return SLICE_OK;
 }

@@ -1,28 +1,17 @@
 #include "reconcile.h"
 
-#include <time.h>
-
 #include <algorithm>
 #include <mutex>
 
 #include "own_nvml.h"
 #include "session.h"
+#include "tenant_file.h"  // monotonic_ns
 
 namespace slice::shim {
 
-namespace {
-
-std::uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<std::uint64_t>(ts.tv_sec) * 1'000'000'000ull + static_cast<std::uint64_t>(ts.tv_nsec);
-}
-
-}  // namespace
-
 bool reconcile(Session& s, int device, std::uint64_t max_age_ns) noexcept {
   std::atomic<std::uint64_t>& last = s.reconciled_ns[device];
-  const std::uint64_t now = now_ns();
+  const std::uint64_t now = monotonic_ns();
   if (last.load(std::memory_order_relaxed) + max_age_ns > now) return false;
   std::unique_lock<std::mutex> lock(s.reconcile_mu, std::try_to_lock);
   if (!lock.owns_lock()) return false;  // another thread is at it

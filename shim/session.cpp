@@ -36,8 +36,8 @@ namespace {
 // Guards start-up only; re-made in a forked child (another thread may have held it at the fork).
 std::mutex g_start_mu;
 
-// The configuration, parsed once per process (and again in a forked child, which may have been
-// given another environment by a wrapper before it exec'd... it did not exec, so the same one).
+// The configuration, parsed once per process; a forked child keeps it (it did not exec, so its
+// environment is the parent's).
 struct ParsedConfig {
   std::once_flag once;
   std::optional<Config> config;

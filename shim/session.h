@@ -73,8 +73,9 @@ SessionState session_state() noexcept;
 // is written once, at the first call that needs it).
 const Config* session_config() noexcept;
 
-// cuInit's part, after the driver's own cuInit succeeded: configure logging, name the tenant, join
-// the coordinator with the driver's devices. CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE (failed).
+// Starts the session once, whoever calls first (cuInit after the driver's, nvmlInit, a hook): names
+// the tenant, reads the GPUs, joins the coordinator. A bad configuration fails closed here without
+// touching the driver. CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE (failed).
 CUresult start_session() noexcept;
 
 namespace detail {
@@ -120,8 +121,8 @@ CurrentContext launch_context(const Session& s) noexcept;
 void current_context_changed_here() noexcept;
 
 // Charges `bytes` on device `device` for `what` (a driver function's name), or writes the refusal's
-// warn line and returns false. `settle` runs before refusing, to bring held memory (pools) up to
-// date, and is retried once. Inline up to the coordinator; what follows a first refusal
+// warn line and returns false. A refusal is retried once after settling the pools and once after
+// reconciling with the driver: either may have freed room since. Inline up to the coordinator; what follows a first refusal
 // (charge_after_refusal: settling the pools, reconciling, the warn line) is out of line.
 bool charge_after_refusal(Session& s, int device, std::uint64_t bytes, const char* what, Refusal& why);
 inline bool charge(Session& s, int device, std::uint64_t bytes, const char* what) {

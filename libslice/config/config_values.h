@@ -11,6 +11,8 @@
 namespace slice {
 
 enum class Priority { high, normal, low };
+// The order priorities are served in, as a number: high 2, normal 1, low 0 (slice.h's encoding too).
+constexpr int priority_rank(Priority p) { return p == Priority::high ? 2 : p == Priority::normal ? 1 : 0; }
 enum class LogLevel { off, error, warn, info, debug, trace };
 
 // Tenant names become file names in the coordinator directory, so they are short and plain.

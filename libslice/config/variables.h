@@ -20,7 +20,7 @@ enum class VariableKind {
   flag,         // 1/0, true/false, yes/no; empty is unset
 };
 
-// Whether NAME_<n> exists, setting device ordinal n only.
+// Whether the per-device forms exist: NAME_<n> (an ordinal) and NAME_GPU_<uuid>.
 enum class DeviceScope { process_wide, per_device };
 
 struct VariableInfo {

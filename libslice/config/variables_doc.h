@@ -8,7 +8,7 @@
 namespace slice {
 
 // The README's table: a `| variable | meaning | default |` header, then one row per variable and
-// one per per-device form (NAME_<n>). Ends with a newline.
+// one per per-device form (NAME_<n>, NAME_GPU_<uuid>). Ends with a newline.
 std::string variables_markdown();
 
 // The block that `slice-run --help` prints: a heading line, then per variable its name and meaning,

@@ -1,5 +1,5 @@
-// What this process holds, by the driver's handle: a device pointer, a VMM handle, an array, a
-// context. Each entry says which device it is charged to and how many bytes, so that a free gives
+// What this process holds, by the driver's handle: a device pointer (plain or stream-ordered), an
+// array, a context. Each entry says which device it is charged to and how many bytes, so that a free gives
 // back exactly what the allocation took.
 //
 // An open-addressing hash table that takes no lock and allocates nothing on its common path (an

@@ -25,12 +25,10 @@ bool fresh(std::uint64_t heartbeat, std::uint64_t now) {
   return heartbeat <= now + kComputeHeartbeatNs && now <= heartbeat + kComputeHeartbeatNs;
 }
 
-std::uint32_t percent(std::uint32_t v) { return std::clamp<std::uint32_t>(v, 1, 100); }
-
 // What a row says of a tenant's device entry `e` at `now_ns` (read, wait_for).
 void load_entry(const DeviceEntry& e, std::uint64_t now_ns, TenantCompute& t) {
-  t.share = percent(e.compute_share.load(std::memory_order_relaxed));
-  t.limit = percent(e.compute_limit.load(std::memory_order_relaxed));
+  t.share = valid_percent(e.compute_share.load(std::memory_order_relaxed));
+  t.limit = valid_percent(e.compute_limit.load(std::memory_order_relaxed));
   t.priority = priority_from_stored(e.compute_priority.load(std::memory_order_relaxed));
   t.received_ns = e.received_ns.load(std::memory_order_relaxed);
   t.active = e.active_processes.load(std::memory_order_relaxed) != 0 &&

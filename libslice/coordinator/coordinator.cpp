@@ -249,7 +249,7 @@ void Coordinator::reread_policy() {
   const bool have = read_policy(policy_dir_, tenant_->name(), p, message) == PolicyStatus::ok;
   const std::uint32_t limit = have && p.compute_limit ? *p.compute_limit : f.header.registered.compute_limit;
   const Priority priority = have && p.priority ? *p.priority : priority_from_stored(f.header.registered.priority);
-  compute_limit_.store(std::clamp<std::uint32_t>(limit, 1, 100));
+  compute_limit_.store(valid_percent(limit));
   compute_priority_.store(stored_priority(priority));
   for (std::size_t i = 0; i < cap_count_; ++i) {
     std::uint64_t cap = f.header.registered.memory_bytes[entries_[i]];
@@ -264,7 +264,7 @@ void Coordinator::reread_policy() {
     const std::uint32_t share = have && p.compute_share ? *p.compute_share
                                 : per_gpu != 0             ? per_gpu
                                                            : f.header.registered.compute_share;
-    compute_shares_[i].store(std::clamp<std::uint32_t>(share, 1, 100));
+    compute_shares_[i].store(valid_percent(share));
   }
   policy_generation_.store(generation, std::memory_order_release);
   policy_read_.store(true, std::memory_order_release);

@@ -87,7 +87,8 @@ class Coordinator {
   };
   ComputeSettings compute(int device);
   // compute(device), also written into the tenant's device entry for the other tenants' schedulers
-  // (at join, and at every tick of the compute watcher, so that a policy change shows).
+  // (at join, and at each tick of the compute watcher that decides, i.e. while the process has or
+  // wants work, so that a policy change shows).
   ComputeSettings publish_compute_settings(int device);
   DeviceEntry& device_entry(int device) { return tenant_->file().devices[entries_[device]]; }
   // Publishes this process's compute state on a device (kSlotActive | kSlotWanting) and recounts the
@@ -135,8 +136,8 @@ class Coordinator {
   std::unique_ptr<std::atomic<std::uint32_t>[]> compute_shares_;  // per JoinRequest device
   std::atomic<std::uint32_t> compute_limit_{100}, compute_priority_{0};
   bool stale_slot_ = false;          // our slot was a dead process's
-  // In a child made by fork (the parent's membership is not ours), or after leave(): every call
-  // does nothing. Atomic because leave() runs while other threads may still call.
+  // In a child made by fork: the parent's slot is not ours, so nothing is charged or published and
+  // reserve refuses. Set by the fork handler (on_fork_child).
   std::atomic<bool> forked_{false};
   static void on_fork_child();
   std::mutex policy_mu_;

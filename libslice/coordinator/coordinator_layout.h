@@ -2,9 +2,12 @@
 //
 // SLICE_COORDINATOR_DIR/
 //   tenants/<name>   one file per tenant, created by its first process and writable only by that
-//                    process's user: its registered limits, its usage per device, its process slots
-//   policy/<name>    an administrator's limits for a tenant (text, root-owned; see policy.h)
-//   policy/.generation  a counter that `slicectl set` bumps so that running processes re-read policy
+//                    process's user (or, for a tenant a policy manages, made by root at boot and
+//                    writable by the policy's group): its registered limits, its usage per device,
+//                    its process slots
+//
+// Policies live apart, in SLICE_POLICY_DIR (persistent, root's; see policy.h): this folder is
+// volatile.
 //
 // Usage and limits live apart: a tenant's processes write only their own tenant file, so no tenant
 // can free another's usage, and a limit an administrator set lives where tenants cannot write.
@@ -26,12 +29,16 @@ constexpr std::uint32_t kTenantMagic = 0x544c4353;  // "SCLT"
 constexpr std::uint32_t kTenantVersion = 5;
 constexpr int kMaxDevices = 16;           // distinct GPUs (by UUID) a tenant can use
 constexpr int kMaxProcesses = 1024;       // process slots per tenant
-constexpr int kMaxTenants = 256;          // tenants listed per device by the tools (more may exist)
+constexpr int kMaxTenants = 256;          // the scale the tests hold one GPU to (scale_test); not a limit
 constexpr int kTenantNameMax = static_cast<int>(kMaxTenantNameLength);  // also a file name
 constexpr int kDeviceNameMax = 95;
 constexpr int kIpcExports = 4096;        // remembered CUDA IPC exports per tenant (see TenantFile)
 constexpr int kIpcProbe = 64;            // entries an export may take, from its digest's home on
 constexpr std::uint64_t kNoLimit = ~0ull;
+
+// A share or limit as read from a tenant file, which its own processes may have written anything
+// into: a percent, 1-100.
+constexpr std::uint32_t valid_percent(std::uint32_t v) { return v < 1 ? 1 : v > 100 ? 100 : v; }
 
 // Byte offsets of the advisory locks: far past the end of the file, which fcntl locks allow.
 constexpr std::int64_t kInitLockByte = std::int64_t{1} << 40;
@@ -40,7 +47,7 @@ constexpr std::int64_t kSlotLockBase = kInitLockByte + 1;
 // Limits as a tenant registered them (its first process's environment) or as policy sets them.
 struct Limits {
   std::uint64_t memory_bytes[kMaxDevices];  // per device entry of the tenant file; kNoLimit: none
-  std::uint32_t compute_share;              // percent 1-100
+  std::uint32_t compute_share;              // percent 1-100 (read through valid_percent)
   std::uint32_t compute_limit;              // percent 1-100
   std::uint32_t priority;                   // stored_priority(): a zeroed file means normal
   std::uint32_t reserved;

@@ -23,8 +23,6 @@ constexpr std::uint64_t kSecondNs = 1'000'000'000;
 
 std::string bounded(const char* s, std::size_t cap) { return std::string(s, strnlen(s, cap)); }
 
-std::uint32_t percent(std::uint32_t v) { return std::clamp<std::uint32_t>(v, 1, 100); }
-
 // `now_ns`: when the snapshot `h` was taken (the monotonic clock, as the scheduler's).
 TenantView view_of(const std::string& policy_dir, const TenantFileHandle& h, std::uint64_t now_ns, std::uint64_t wall_ms) {
   const TenantFile& f = h.file();
@@ -44,8 +42,8 @@ TenantView view_of(const std::string& policy_dir, const TenantFileHandle& h, std
   const Policy none;
   const Policy& p = v.policy ? policy : none;
   v.priority = p.priority.value_or(registered ? priority_from_stored(reg.priority) : Priority::normal);
-  v.compute_share = percent(p.compute_share.value_or(registered ? reg.compute_share : 100));
-  v.compute_limit = percent(p.compute_limit.value_or(registered ? reg.compute_limit : 100));
+  v.compute_share = valid_percent(p.compute_share.value_or(registered ? reg.compute_share : 100));
+  v.compute_limit = valid_percent(p.compute_limit.value_or(registered ? reg.compute_limit : 100));
   std::vector<int> entries;
   std::vector<ByteNs> metered;  // per GPU of the view: memory byte-ns, the live processes' added below
   for (int d = 0; d < kMaxDevices; ++d) {
@@ -62,7 +60,7 @@ TenantView view_of(const std::string& policy_dir, const TenantFileHandle& h, std
     }
     // The share: the administrator's, else what was registered for this GPU, else for all.
     const std::uint32_t per_gpu = registered ? reg.compute_shares[d] : 0;
-    g.compute_share = p.compute_share ? v.compute_share : per_gpu != 0 ? percent(per_gpu) : v.compute_share;
+    g.compute_share = p.compute_share ? v.compute_share : per_gpu != 0 ? valid_percent(per_gpu) : v.compute_share;
     g.received_ns = e.received_ns.load();
     g.compute_used_1s = compute_used(f.history[d], g.received_ns, now_ns, kSecondNs);
     g.compute_used_10s = compute_used(f.history[d], g.received_ns, now_ns, 10 * kSecondNs);

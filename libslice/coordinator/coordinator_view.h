@@ -1,6 +1,6 @@
 // What the tools see of a coordinator: every tenant, its limits, its usage per GPU and its live
-// processes, read without trusting the files (a tenant may have corrupted its own), and the repair
-// of dead processes on demand (`slicectl gc`).
+// processes, read without trusting the files (a tenant may have corrupted its own), the repair
+// of dead processes on demand (`slicectl gc`) and a tenant's removal (`slicectl rm`).
 #pragma once
 
 #include <cstdint>

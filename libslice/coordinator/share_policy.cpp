@@ -5,8 +5,6 @@
 namespace slice {
 namespace {
 
-int rank(Priority p) { return p == Priority::high ? 2 : p == Priority::normal ? 1 : 0; }
-
 // Device time received, as if the tenant's share were 100%: comparable between tenants.
 std::uint64_t normalized(const TenantLoad& t) { return t.received_ns * 100 / std::max<std::uint32_t>(t.share, 1); }
 
@@ -30,12 +28,12 @@ Verdict SharePolicy::decide(const TenantLoad& me, std::span<const TenantLoad> ot
   const std::uint64_t start_margin = me.active ? 0 : hysteresis_ns / 2;
   if (me.limit < 100 && (me.received_ns + start_margin) * 100 > static_cast<std::uint64_t>(me.limit) * window_ns)
     return Verdict::hold_for_limit;
-  const int mine = rank(me.priority);
+  const int mine = priority_rank(me.priority);
   for (const TenantLoad& o : others)
-    if (o.wants && rank(o.priority) > mine) return Verdict::hold_for_priority;
+    if (o.wants && priority_rank(o.priority) > mine) return Verdict::hold_for_priority;
   const std::uint64_t me_n = normalized(me);
   for (const TenantLoad& o : others) {
-    if (!o.wants || rank(o.priority) != mine) continue;
+    if (!o.wants || priority_rank(o.priority) != mine) continue;
     // A tenant at (or within the hysteresis of) its own limit does not want time it may not take:
     // never wait for it, or turns would change at every kernel around its limit.
     if (o.limit < 100 && (o.received_ns + hysteresis_ns) * 100 > static_cast<std::uint64_t>(o.limit) * window_ns) continue;
@@ -43,7 +41,7 @@ Verdict SharePolicy::decide(const TenantLoad& me, std::span<const TenantLoad> ot
   }
   if (!me.active)
     for (const TenantLoad& o : others)
-      if (o.active && rank(o.priority) == mine) return Verdict::hold_for_turn;
+      if (o.active && priority_rank(o.priority) == mine) return Verdict::hold_for_turn;
   return Verdict::run;
 }
 

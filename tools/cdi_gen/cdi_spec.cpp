@@ -3,24 +3,14 @@
 #include <cstdio>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace slice::k8s {
 namespace {
 
+// `s` as a JSON string (bytes that are not UTF-8 become U+FFFD).
 std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\u%04x", c);
-      out += escaped;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string string_list(const std::vector<std::string>& items) {

@@ -13,7 +13,7 @@ constexpr int kExitOk = 0;       // done
 constexpr int kExitFailure = 1;  // could not be done (no coordinator, not root, a file unreadable)
 constexpr int kExitUsage = 2;    // the command line is wrong
 
-// Thrown by a subcommand and turned into one "slicectl: ..." line and the exit code by main.
+// Thrown by a subcommand and turned into one "slicectl SUBCOMMAND: ..." line and the exit code by main.
 struct CommandError {
   int exit_code = kExitFailure;
   std::string message;
@@ -47,8 +47,8 @@ class ArgReader {
   std::size_t next_ = 0;
 };
 
-// Reads the options every subcommand takes (--coordinator DIR; --help is the caller's). Returns
-// true if it consumed the next argument.
+// Reads the options every subcommand takes (--coordinator DIR, --policy-dir DIR; --help is the
+// caller's). Returns true if it consumed the next argument.
 struct CommonOptions {
   std::string coordinator;  // $SLICE_COORDINATOR_DIR, else libslice's default, unless --coordinator
   std::string policy_dir;   // $SLICE_POLICY_DIR, else libslice's default, unless --policy-dir

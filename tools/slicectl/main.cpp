@@ -1,5 +1,6 @@
-// slicectl: what the libslice coordinator holds (status), an administrator's limits (set), and the
-// repair of dead processes (gc). This file only dispatches; each subcommand has its own file.
+// slicectl: the administrator's view of libslice (status, top, metrics, usage), its limits (set,
+// prepare), its repairs (gc, rm) and its archive (archive). This file only dispatches
+// (kSubcommands); each subcommand has its own file and its help in help_text.cpp.
 #include <cstdio>
 #include <string>
 #include <string_view>

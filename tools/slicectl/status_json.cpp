@@ -1,7 +1,12 @@
-// slicectl status --json: the contract's keys (ARCHITECTURE.md part A), and a few more.
+// slicectl status --json: the contract's keys (docs/ARCHITECTURE.md, "The contract"), and a few more.
+// Strings may hold any bytes (a tenant writes the text fields of its own file): nlohmann::json
+// escapes quotes, backslashes and control bytes, and turns each byte that is not valid UTF-8 into
+// U+FFFD, so the output always parses and stays on one line.
 #include <cstdio>
+#include <optional>
 
-#include "json_writer.h"
+#include <nlohmann/json.hpp>
+
 #include "limits_text.h"
 #include "status_model.h"
 
@@ -9,100 +14,77 @@ namespace slicectl {
 
 namespace {
 
-// Of memory_used_bytes, what the driver holds beyond the charged calls: null until measured, and
-// where NVML cannot see the processes; memory_overhead says which.
-void write_overhead(JsonWriter& j, slice::Reconciled r, std::uint64_t bytes) {
-  j.key("memory_overhead_bytes");
-  j.number_or_null(r == slice::Reconciled::measured ? std::optional(bytes) : std::nullopt);
-  j.key("memory_overhead");
-  j.string(r == slice::Reconciled::measured       ? "measured"
-           : r == slice::Reconciled::unmeasurable ? "not measurable"
-                                                  : "not measured yet");
+using Json = nlohmann::ordered_json;  // keys in the order written, as the contract lists them
+
+template <typename T>
+Json or_null(const std::optional<T>& value) {
+  return value ? Json(*value) : Json(nullptr);
 }
 
-void write_tenant(JsonWriter& j, const TenantOnDevice& on) {
+// Of memory_used_bytes, what the driver holds beyond the charged calls: null until measured, and
+// where NVML cannot see the processes; memory_overhead says which.
+void add_overhead(Json& j, slice::Reconciled r, std::uint64_t bytes) {
+  j["memory_overhead_bytes"] = r == slice::Reconciled::measured ? Json(bytes) : Json(nullptr);
+  j["memory_overhead"] = r == slice::Reconciled::measured       ? "measured"
+                         : r == slice::Reconciled::unmeasurable ? "not measurable"
+                                                                : "not measured yet";
+}
+
+Json tenant_json(const TenantOnDevice& on) {
   const slice::TenantView& t = *on.tenant;
   const slice::TenantGpuView& u = on.usage();
-  j.begin_object();
-  j.key("name");
-  j.string(t.name);
-  j.key("priority");
-  j.string(slice::to_string(t.priority));
-  j.key("memory_limit_bytes");
-  j.number_or_null(u.cap_bytes == slice::kNoLimit ? std::nullopt : std::optional(u.cap_bytes));
-  j.key("memory_used_bytes");
-  j.number(u.used_bytes);
-  write_overhead(j, u.reconciled, u.overhead_bytes);
-  j.key("compute_share");
-  j.number(std::uint64_t{u.compute_share});  // on this GPU
-  j.key("compute_limit");
-  j.number(std::uint64_t{t.compute_limit});
-  j.key("compute_used_1s");  // fractions 0..1; null while the tenant has no history on the GPU
-  j.decimal_or_null(u.compute_used_1s);
-  j.key("compute_used_10s");
-  j.decimal_or_null(u.compute_used_10s);
+  Json j;
+  j["name"] = t.name;
+  j["priority"] = slice::to_string(t.priority);
+  j["memory_limit_bytes"] = u.cap_bytes == slice::kNoLimit ? Json(nullptr) : Json(u.cap_bytes);
+  j["memory_used_bytes"] = u.used_bytes;
+  add_overhead(j, u.reconciled, u.overhead_bytes);
+  j["compute_share"] = u.compute_share;  // on this GPU
+  j["compute_limit"] = t.compute_limit;
+  // Fractions 0..1; null while the tenant has no history on the GPU.
+  j["compute_used_1s"] = or_null(u.compute_used_1s);
+  j["compute_used_10s"] = or_null(u.compute_used_10s);
   // Metering (cumulative on this GPU since the tenant's record began; see slicectl usage).
-  j.key("device_seconds_total");
-  j.decimal(static_cast<double>(u.device_ns_total) / 1e9);
-  j.key("memory_byte_seconds_total");
-  j.decimal(u.memory_byte_seconds_total);
-  j.key("policy");
-  j.boolean(t.policy);
-  j.key("dead_processes");
-  j.number(std::int64_t{t.dead_processes});
-  j.key("processes");
-  j.begin_array();
+  j["device_seconds_total"] = static_cast<double>(u.device_ns_total) / 1e9;
+  j["memory_byte_seconds_total"] = u.memory_byte_seconds_total;
+  j["policy"] = t.policy;
+  j["dead_processes"] = t.dead_processes;
+  Json processes = Json::array();
   for (const slice::ProcessView& p : t.processes) {
-    j.begin_object();
-    j.key("pid");
-    j.number(std::int64_t{p.pid});
-    j.key("name");
-    j.string(p.comm);
-    j.key("memory_used_bytes");
-    j.number(on.process_memory(p));
-    write_overhead(j, on.process_reconciled(p), on.process_overhead(p));
-    j.end_object();
+    Json process;
+    process["pid"] = p.pid;
+    process["name"] = p.comm;
+    process["memory_used_bytes"] = on.process_memory(p);
+    add_overhead(process, on.process_reconciled(p), on.process_overhead(p));
+    processes.push_back(std::move(process));
   }
-  j.end_array();
-  j.end_object();
+  j["processes"] = std::move(processes);
+  return j;
 }
 
 }  // namespace
 
 void print_status_json(const CoordinatorStatus& s) {
-  JsonWriter j;
-  j.begin_object();
-  j.key("devices");
-  j.begin_array();
+  Json devices = Json::array();
   for (const DeviceStatus& d : s.devices) {
-    j.begin_object();
-    j.key("index");
-    j.number(std::int64_t{d.index});
-    j.key("uuid");
-    j.string(d.uuid);
-    j.key("name");
-    j.string(d.name);
-    j.key("total_bytes");
-    j.number(d.total_bytes);
-    j.key("used_bytes");
-    j.number(d.used_bytes);
-    j.key("tenants");
-    j.begin_array();
-    for (const TenantOnDevice& on : d.tenants) write_tenant(j, on);
-    j.end_array();
-    j.end_object();
+    Json device;
+    device["index"] = d.index;
+    device["uuid"] = d.uuid;
+    device["name"] = d.name;
+    device["total_bytes"] = d.total_bytes;
+    device["used_bytes"] = d.used_bytes;
+    Json tenants = Json::array();
+    for (const TenantOnDevice& on : d.tenants) tenants.push_back(tenant_json(on));
+    device["tenants"] = std::move(tenants);
+    devices.push_back(std::move(device));
   }
-  j.end_array();
-  j.key("coordinator");
-  j.string(s.dir);
-  j.key("idle");  // no libslice process has run with this coordinator yet
-  j.boolean(s.idle);
-  j.key("warnings");
-  j.begin_array();
-  for (const std::string& w : s.warnings) j.string(w);
-  j.end_array();
-  j.end_object();
-  std::printf("%s\n", j.text().c_str());
+  Json j;
+  j["devices"] = std::move(devices);
+  j["coordinator"] = s.dir;
+  j["idle"] = s.idle;  // no libslice process has run with this coordinator yet
+  j["warnings"] = s.warnings;
+  const std::string text = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  std::printf("%s\n", text.c_str());
 }
 
 }  // namespace slicectl
