@@ -22,6 +22,8 @@ packages=(cmake g++ make python3 python3-venv libgtest-dev libspdlog-dev libfmt-
           libsqlite3-dev clang "$fuzzer_runtime"
           # The tools' JSON (slicectl status --json, slice-cdi-gen), header-only.
           nlohmann-json3-dev
+          # The layout check of the C++ sources (tests/tools/format_check.sh).
+          clang-format
           # The simulated GPU's module parser: compressed fatbin entries (Zstandard, LZ4).
           libzstd-dev liblz4-dev
           # Kubernetes: slice-device-plugin (gRPC, protobuf) and the manifests' test (YAML).

@@ -124,7 +124,7 @@ class ManagedAccounts {
  public:
   std::mutex mu;
   std::unordered_map<CUdeviceptr, std::uint64_t> sizes;  // base address -> bytes
-  std::atomic<std::size_t> count{0};                      // sizes.size(): a free looks only when not 0
+  std::atomic<std::size_t> count{0};                     // sizes.size(): a free looks only when not 0
 };
 void note_managed(Session& s, CUdeviceptr base, std::uint64_t bytes);
 void erase_managed(Session& s, CUdeviceptr base);

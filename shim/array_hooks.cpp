@@ -16,11 +16,14 @@ constexpr std::uint64_t kRowAlignment = 512;
 std::uint64_t element_bytes(CUarray_format format) {
   switch (format) {
     case CU_AD_FORMAT_UNSIGNED_INT8:
-    case CU_AD_FORMAT_SIGNED_INT8: return 1;
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
     case CU_AD_FORMAT_UNSIGNED_INT16:
     case CU_AD_FORMAT_SIGNED_INT16:
-    case CU_AD_FORMAT_HALF: return 2;
-    default: return 4;  // 32-bit formats, and a safe guess for packed and video ones
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    default:
+      return 4;  // 32-bit formats, and a safe guess for packed and video ones
   }
 }
 
@@ -30,7 +33,8 @@ std::uint64_t block_bytes(CUarray_format format) {
     case CU_AD_FORMAT_BC1_UNORM:
     case CU_AD_FORMAT_BC1_UNORM_SRGB:
     case CU_AD_FORMAT_BC4_UNORM:
-    case CU_AD_FORMAT_BC4_SNORM: return 8;
+    case CU_AD_FORMAT_BC4_SNORM:
+      return 8;
     case CU_AD_FORMAT_BC2_UNORM:
     case CU_AD_FORMAT_BC2_UNORM_SRGB:
     case CU_AD_FORMAT_BC3_UNORM:
@@ -40,8 +44,10 @@ std::uint64_t block_bytes(CUarray_format format) {
     case CU_AD_FORMAT_BC6H_UF16:
     case CU_AD_FORMAT_BC6H_SF16:
     case CU_AD_FORMAT_BC7_UNORM:
-    case CU_AD_FORMAT_BC7_UNORM_SRGB: return 16;
-    default: return 0;
+    case CU_AD_FORMAT_BC7_UNORM_SRGB:
+      return 16;
+    default:
+      return 0;
   }
 }
 
@@ -58,9 +64,7 @@ std::uint64_t array_bytes(std::uint64_t width, std::uint64_t height, std::uint64
 
 // No memory of their own: deferred-mapping and sparse arrays get theirs from cuMemCreate
 // allocations mapped into them, which are charged already.
-bool backed_elsewhere(unsigned flags) {
-  return (flags & (CUDA_ARRAY3D_DEFERRED_MAPPING | CUDA_ARRAY3D_SPARSE)) != 0;
-}
+bool backed_elsewhere(unsigned flags) { return (flags & (CUDA_ARRAY3D_DEFERRED_MAPPING | CUDA_ARRAY3D_SPARSE)) != 0; }
 
 std::uint64_t descriptor_bytes(const CUDA_ARRAY3D_DESCRIPTOR& d) {
   if (backed_elsewhere(d.Flags)) return 0;
@@ -121,10 +125,9 @@ extern "C" SLICE_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA
 }
 
 extern "C" SLICE_EXPORT CUresult cuArray3DCreate(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1* d) {
-  const std::uint64_t bytes =
-      d != nullptr && !backed_elsewhere(d->Flags)
-          ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels)
-          : 0;
+  const std::uint64_t bytes = d != nullptr && !backed_elsewhere(d->Flags)
+                                  ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels)
+                                  : 0;
   return create(bytes, pHandle, "cuArray3DCreate", [&] { return SLICE_CALL_REAL(cuArray3DCreate, pHandle, d); });
 }
 

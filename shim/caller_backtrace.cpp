@@ -39,8 +39,9 @@ std::string caller_backtrace() {
     Dl_info info{};
     char line[512];
     if (dladdr(frames[i], &info) != 0 && info.dli_fname != nullptr) {
-      const auto offset = static_cast<unsigned long>(static_cast<char*>(frames[i]) -
-                                                     static_cast<char*>(info.dli_saddr != nullptr ? info.dli_saddr : info.dli_fbase));
+      const auto offset =
+          static_cast<unsigned long>(static_cast<char*>(frames[i]) -
+                                     static_cast<char*>(info.dli_saddr != nullptr ? info.dli_saddr : info.dli_fbase));
       std::snprintf(line, sizeof line, "  #%d %p %s(%s+0x%lx)\n", i - first, frames[i], info.dli_fname,
                     info.dli_sname != nullptr ? info.dli_sname : "", offset);
     } else {

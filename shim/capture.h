@@ -17,7 +17,7 @@
 namespace slice::shim {
 
 namespace capture_detail {
-extern std::atomic<int> g_active;      // captures begun through the hooks and not yet ended
+extern std::atomic<int> g_active;     // captures begun through the hooks and not yet ended
 extern std::shared_mutex g_query_mu;  // shared: libslice's own queries; exclusive: a capture begins
 }  // namespace capture_detail
 
@@ -28,9 +28,7 @@ inline bool is_per_thread(CUstream stream, bool ptsz) noexcept {
   return stream == CU_STREAM_PER_THREAD || (ptsz && stream == nullptr);
 }
 
-inline bool captures_active() noexcept {
-  return capture_detail::g_active.load(std::memory_order_relaxed) != 0;
-}
+inline bool captures_active() noexcept { return capture_detail::g_active.load(std::memory_order_relaxed) != 0; }
 
 // Runs `query` (libslice's own stream or event queries) only when no capture is in progress, and
 // holds any capture from beginning until it is done. False when it did not run.

@@ -34,7 +34,6 @@ std::vector<Origin>& origins() {  // guarded by g_query_mu (exclusive); made on 
   return *v;
 }
 
-
 bool same(const Origin& o, CUstream stream, bool per_thread) {
   return per_thread ? o.per_thread && pthread_equal(o.thread, pthread_self()) : !o.per_thread && o.stream == stream;
 }
@@ -120,4 +119,3 @@ void capture_forget_ended() noexcept {
 }  // namespace slice::shim
 
 using namespace slice::shim;
-

@@ -24,20 +24,20 @@ namespace {
 
 // When the watcher looks again. It sleeps in between (a futex, woken early by what it waits for),
 // so these are upper bounds, not polling rates.
-constexpr std::uint64_t kBusyMaxNs = 10'000'000;      // has work, nobody else wants the device
-constexpr std::uint64_t kDecideNs = 5'000'000;        // holds its turn while others want the device
-                                                      // (turns last tens of ms: SharePolicy)
-constexpr std::uint64_t kDrainPollNs = 20'000;        // drains for someone else, past when it should
-                                                      // be done: the device idles until this is seen
-constexpr std::uint64_t kDrainPollMaxNs = 50'000;     // ... at least this often, however late
-constexpr std::uint64_t kDrainMaxNs = 2'000'000;      // sleeps at most this long before that
-constexpr std::uint64_t kTurnWaitNs = 5'000'000;      // held while another tenant wants the device
-constexpr std::uint64_t kCrossedNs = 200'000;         // held, and nobody wants the device
-constexpr std::uint64_t kHandoverLeadNs = 100'000;    // looks closely from this long before the
-                                                      // holder's queue should be done
-constexpr std::uint64_t kRecentNs = 100'000'000;      // idle this long after work: looks every...
-constexpr std::uint64_t kRecentTickNs = 2'000'000;    // ... 2 ms, so short requests are seen
-constexpr std::uint64_t kDeepIdleNs = 100'000'000;    // idle longer: woken by the next launch
+constexpr std::uint64_t kBusyMaxNs = 10'000'000;    // has work, nobody else wants the device
+constexpr std::uint64_t kDecideNs = 5'000'000;      // holds its turn while others want the device
+                                                    // (turns last tens of ms: SharePolicy)
+constexpr std::uint64_t kDrainPollNs = 20'000;      // drains for someone else, past when it should
+                                                    // be done: the device idles until this is seen
+constexpr std::uint64_t kDrainPollMaxNs = 50'000;   // ... at least this often, however late
+constexpr std::uint64_t kDrainMaxNs = 2'000'000;    // sleeps at most this long before that
+constexpr std::uint64_t kTurnWaitNs = 5'000'000;    // held while another tenant wants the device
+constexpr std::uint64_t kCrossedNs = 200'000;       // held, and nobody wants the device
+constexpr std::uint64_t kHandoverLeadNs = 100'000;  // looks closely from this long before the
+                                                    // holder's queue should be done
+constexpr std::uint64_t kRecentNs = 100'000'000;    // idle this long after work: looks every...
+constexpr std::uint64_t kRecentTickNs = 2'000'000;  // ... 2 ms, so short requests are seen
+constexpr std::uint64_t kDeepIdleNs = 100'000'000;  // idle longer: woken by the next launch
 // A thread at a closed gate sleeps until the watcher opens it, looking again at least every
 // kClosedLookNs all the same (a wake-up lost to a bug must not hold a launch for long). One at an
 // open gate, held by its queue's length, sleeps until its work should be done, then looks itself
@@ -77,9 +77,9 @@ void WatcherSignal::wake() {
 }
 
 struct Compute::Next {
-  std::uint64_t at = ~0ull;                  // look again then at the latest
-  const TenantCompute* wait_on = nullptr;    // meanwhile sleep on this tenant's turn_seq
-  bool deep_idle = true;                     // nothing to do: a launch wakes the watcher
+  std::uint64_t at = ~0ull;                // look again then at the latest
+  const TenantCompute* wait_on = nullptr;  // meanwhile sleep on this tenant's turn_seq
+  bool deep_idle = true;                   // nothing to do: a launch wakes the watcher
   void merge(const Next& n) {
     if (n.at < at) {
       at = n.at;
@@ -92,16 +92,16 @@ struct Compute::Next {
 struct Compute::Watch {
   struct Lane {
     std::uint64_t liveness_checked_ns = 0;
-    bool was_active = false;          // over the step that ends now
+    bool was_active = false;  // over the step that ends now
     // The last decision: when the next is due, and what it saw (a look in between that finds the
     // queue not yet done only looks again, below).
     std::uint64_t decide_at = 0;
     bool decided_wanting = false;
     bool decided_open = false;
     std::uint64_t last_active_ns = 0;  // when it last had work
-    DeviceTimeEstimator estimate;     // what this process received there
+    DeviceTimeEstimator estimate;      // what this process received there
     std::vector<TenantCompute> board_rows;
-    CUcontext current = nullptr;       // what the watcher thread has made current
+    CUcontext current = nullptr;  // what the watcher thread has made current
     std::uint64_t traced_ns = 0;
   };
   ComputeBoard board;
@@ -111,8 +111,10 @@ struct Compute::Watch {
 };
 
 Compute::Compute(Session& s)
-    : session_(s), lanes_(new ComputeLane[std::max<std::size_t>(s.devices.size(), 1)]),
-      watch_(std::make_unique<Watch>(s.config.coordinator_dir, s.config.tenant, std::max<std::size_t>(s.devices.size(), 1))) {
+    : session_(s),
+      lanes_(new ComputeLane[std::max<std::size_t>(s.devices.size(), 1)]),
+      watch_(std::make_unique<Watch>(s.config.coordinator_dir, s.config.tenant,
+                                     std::max<std::size_t>(s.devices.size(), 1))) {
   for (std::size_t d = 0; d < std::max<std::size_t>(s.devices.size(), 1); ++d) lanes_[d].watcher = &signal_;
 }
 
@@ -131,7 +133,7 @@ void Compute::use(int device) {
 
 void Compute::stop() {
   if (stop_.exchange(true)) return;
-  signal_.wake();  // out of its sleep, on its own word ...
+  signal_.wake();             // out of its sleep, on its own word ...
   watch_->board.interrupt();  // ... or on another tenant's
   if (watcher_.joinable()) watcher_.join();
 }
@@ -151,7 +153,8 @@ void Compute::run() {
     const std::uint32_t seq = signal_.seq.load(std::memory_order_acquire);
     const std::uint64_t now = monotonic_ns();
     capture_forget_ended();
-    for (std::size_t d = 0; d < session_.devices.size(); ++d) reconcile(session_, static_cast<int>(d), kReconcileTickNs);
+    for (std::size_t d = 0; d < session_.devices.size(); ++d)
+      reconcile(session_, static_cast<int>(d), kReconcileTickNs);
     Next next;
     next.at = now + kDeepIdleNs;
     for (std::size_t d = 0; d < session_.devices.size(); ++d) {
@@ -280,9 +283,13 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   }
   contended |= higher_present;
   const bool tenant_active = entry.active_processes.load(std::memory_order_relaxed) != 0;
-  const TenantLoad me{settings.share, settings.limit, settings.priority,
-                      std::min(received_over(history, received, now, watch_->policy.window_ns), watch_->policy.window_ns),
-                      true, tenant_active};
+  const TenantLoad me{
+      settings.share,
+      settings.limit,
+      settings.priority,
+      std::min(received_over(history, received, now, watch_->policy.window_ns), watch_->policy.window_ns),
+      true,
+      tenant_active};
   const Verdict verdict = watch_->policy.decide(me, others);
   std::uint32_t budget = ~0u;
   if (contended) {
@@ -291,8 +298,8 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   }
   const bool open = verdict == Verdict::run;
   // Threads at the gate are woken only when they may go: it opened, or, open, it lets more in.
-  const bool opened = open && (!lane.open.load(std::memory_order_relaxed) ||
-                               budget > lane.budget.load(std::memory_order_relaxed));
+  const bool opened =
+      open && (!lane.open.load(std::memory_order_relaxed) || budget > lane.budget.load(std::memory_order_relaxed));
   // Closing: a change of turns. Those who wait for it are woken now, told when what this process
   // still has queued should be done (they look closely from shortly before). Opening: nothing to
   // wait for any more.
@@ -313,8 +320,7 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
                        std::to_string(watch_->policy.window_ns / 1'000'000) + " ms (" +
                        std::to_string(received / 1'000'000) + " ms in all), " + std::string(to_string(verdict)) +
                        ", queue budget " + std::to_string(budget) + ", " +
-                       std::to_string(lane.per_launch_ns.load(std::memory_order_relaxed) / 1000) +
-                       " us per launch;";
+                       std::to_string(lane.per_launch_ns.load(std::memory_order_relaxed) / 1000) + " us per launch;";
     for (std::size_t i = 0; i < others.size(); ++i)
       line += " " + w.board_rows[i].name + ": " + std::to_string(others[i].received_ns / 1'000'000) + " ms" +
               (others[i].active ? " active" : "") + (w.board_rows[i].wanting ? " wanting" : "");
@@ -341,7 +347,8 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
       if (t.active && holder == nullptr) holder = &t;
       if (t.wanting && wanter == nullptr) wanter = &t;
     }
-    const bool handover_soon = holder != nullptr && holder->drain_eta_ns != 0 && now + kHandoverLeadNs >= holder->drain_eta_ns &&
+    const bool handover_soon = holder != nullptr && holder->drain_eta_ns != 0 &&
+                               now + kHandoverLeadNs >= holder->drain_eta_ns &&
                                now < holder->drain_eta_ns + kDrainMaxNs;
     if (verdict == Verdict::hold_for_limit) {
       next.at = now + kDecideNs;
@@ -395,8 +402,8 @@ bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
       if (only_context == nullptr && *current != it->context &&
           SLICE_REAL(cuCtxSetCurrent)(it->context) == CUDA_SUCCESS)
         *current = it->context;
-      const CUresult rc = it->event != nullptr ? SLICE_REAL(cuEventQuery)(it->event)
-                                               : SLICE_REAL(cuStreamQuery)(it->stream);
+      const CUresult rc =
+          it->event != nullptr ? SLICE_REAL(cuEventQuery)(it->event) : SLICE_REAL(cuStreamQuery)(it->stream);
       if (rc == CUDA_ERROR_NOT_READY) {
         all_done = false;
         // A look at or after when the work should have been done that finds it not done: the
@@ -428,7 +435,8 @@ bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
     // device was shared with another tenant's queue comes back down within a few drains; one that
     // falls too low costs a few looks). Found done only after looks that came too early, the drain
     // was seen within one look's interval: measured, it is right.
-    const std::uint64_t measured = (now - start) / launched, before = lane.per_launch_ns.load(std::memory_order_relaxed);
+    const std::uint64_t measured = (now - start) / launched,
+                        before = lane.per_launch_ns.load(std::memory_order_relaxed);
     lane.per_launch_ns.store(before == 0 || polls != 0 ? measured : std::min(measured, before - before / 4),
                              std::memory_order_relaxed);
   }
@@ -508,7 +516,8 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
       std::uint64_t timeout = std::min(deadline - now, kClosedLookNs);
       if (open) {
         const std::uint64_t drain_at = expected_drain_ns(lane, lane.since_drain.load(std::memory_order_relaxed));
-        timeout = std::min(timeout, drain_at > now + kDrainPollNs ? std::min(drain_at - now, kGateLookNs) : kDrainPollNs);
+        timeout =
+            std::min(timeout, drain_at > now + kDrainPollNs ? std::min(drain_at - now, kGateLookNs) : kDrainPollNs);
       }
       if (futex_wait(&lane.gate_seq, seq, timeout, false) != WaitResult::timed_out) continue;
       if (lane.open.load(std::memory_order_acquire) && over_budget())

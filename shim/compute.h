@@ -43,23 +43,23 @@ struct WatcherSignal {
 
 // One device of this process.
 struct ComputeLane {
-  WatcherSignal* watcher = nullptr;                 // the process's watcher, to wake it
-  std::atomic<std::uint32_t> gate_seq{0};           // bumped when the gate may have opened (a futex)
-  std::atomic<bool> open{true};                     // the policy lets this process submit
-  std::atomic<std::uint32_t> budget{~0u};           // launches that may be queued before a drain
-  std::atomic<std::uint32_t> since_drain{0};        // launches submitted since it last had no work
-  std::atomic<std::uint32_t> waiting{0};            // threads held at the gate now
-  std::atomic<bool> used{false};                    // a launch came here: the watcher looks after it
-  std::atomic<std::uint64_t> cycle_start_ns{0};     // when since_drain last went from 0 to 1
-  std::atomic<std::uint64_t> per_launch_ns{0};      // device time a launch took, as last measured
-  std::atomic<std::uint32_t> drain_polls{0};        // looks since the last drain that found work left
+  WatcherSignal* watcher = nullptr;              // the process's watcher, to wake it
+  std::atomic<std::uint32_t> gate_seq{0};        // bumped when the gate may have opened (a futex)
+  std::atomic<bool> open{true};                  // the policy lets this process submit
+  std::atomic<std::uint32_t> budget{~0u};        // launches that may be queued before a drain
+  std::atomic<std::uint32_t> since_drain{0};     // launches submitted since it last had no work
+  std::atomic<std::uint32_t> waiting{0};         // threads held at the gate now
+  std::atomic<bool> used{false};                 // a launch came here: the watcher looks after it
+  std::atomic<std::uint64_t> cycle_start_ns{0};  // when since_drain last went from 0 to 1
+  std::atomic<std::uint64_t> per_launch_ns{0};   // device time a launch took, as last measured
+  std::atomic<std::uint32_t> drain_polls{0};     // looks since the last drain that found work left
   struct Target {
     CUcontext context = nullptr;
     CUstream stream = nullptr;  // queried with cuStreamQuery...
     CUevent event = nullptr;    // ...or this event, recorded after each launch (per-thread streams)
   };
-  std::mutex mu;                // guards targets
-  std::vector<Target> targets;  // where this process's launches went
+  std::mutex mu;                             // guards targets
+  std::vector<Target> targets;               // where this process's launches went
   std::atomic<std::uint32_t> generation{0};  // bumped when targets shrink (threads re-register)
 };
 
@@ -81,7 +81,7 @@ class Compute {
 
  private:
   struct Watch;  // the watcher's own state (compute.cpp)
-  struct Next;  // when the watcher looks again, and at whom it waits meanwhile
+  struct Next;   // when the watcher looks again, and at whom it waits meanwhile
   void run();
   Next tick(int device, std::uint64_t now_ns);
   bool lanes_busy() const;  // work queued or a thread at the gate, on any device
@@ -96,8 +96,8 @@ class Compute {
 
 // The launch gate, in two halves around the driver's call. gate_enter returns a ticket (its lane
 // nullptr: not gated, as when libslice is off), after waiting while the gate is closed; gate_leave
-// counts a launch that succeeded and records the per-thread stream's event. `per_thread`: the launch went to the calling thread's
-// per-thread default stream (a _ptsz entry point with stream 0, or CU_STREAM_PER_THREAD).
+// counts a launch that succeeded and records the per-thread stream's event. `per_thread`: the launch went to the
+// calling thread's per-thread default stream (a _ptsz entry point with stream 0, or CU_STREAM_PER_THREAD).
 struct GateTicket {
   ComputeLane* lane = nullptr;
   CUevent event = nullptr;  // recorded after a launch to this thread's per-thread default stream

@@ -38,7 +38,7 @@ void forget_context(Session& s, std::uint64_t ctx) {
   if (const std::optional<Charge> c = s.contexts.take(ctx)) uncharge(s, c->device, c->bytes);
   for (const Charge& c : s.pointers.take_owned_by(ctx)) uncharge(s, c.device, c.bytes);
   for (const Charge& c : s.arrays.take_owned_by(ctx)) uncharge(s, c.device, c.bytes);
-  forget_ipc_exports(s, 0, ctx);  // what it exported is freed with it
+  forget_ipc_exports(s, 0, ctx);                // what it exported is freed with it
   std::lock_guard<std::mutex> lock(s.ipc->mu);  // IPC memory opened in it is closed with it
   std::erase_if(s.ipc->opens, [&](const auto& entry) {
     if (entry.second.context != ctx) return false;
@@ -151,4 +151,3 @@ CUresult slice::shim::switch_context(RealCall call) {
   current_context_changed_here();
   return rc;
 }
-

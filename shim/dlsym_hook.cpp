@@ -32,7 +32,7 @@ struct DlsymRoute {
 };
 
 extern "C" __attribute__((visibility("hidden"), used)) DlsymRoute slice_dlsym_route(void* handle,
-                                                                                   const char* name) noexcept {
+                                                                                    const char* name) noexcept {
   const slice::shim::DlsymFn real = slice::shim::real_dlsym();
   if (real == nullptr) return {nullptr, nullptr};
   // Fast path for every name that is not a CUDA or NVML one: two byte compares.

@@ -22,7 +22,6 @@
 namespace slice::shim {
 namespace {
 
-
 struct GraphExecMemory {
   std::array<std::uint64_t, kMaxDevices> bytes{};  // per device: what its allocation nodes ask for, chunk-rounded
   bool mapped = false;  // launched or uploaded, and no trim of its devices since: it holds its memory
@@ -236,21 +235,23 @@ extern "C" SLICE_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUst
 }
 
 extern "C" SLICE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
-  return after_success([&] { return SLICE_CALL_REAL(cuGraphExecDestroy, hGraphExec); }, [&](Session&) {
-    std::lock_guard<std::mutex> lock(g_mu);
-    const auto it = execs().find(hGraphExec);
-    if (it != execs().end()) {
-      if (!it->second.mapped) g_exec_count.fetch_sub(1);
-      execs().erase(it);
-    }
-  });
+  return after_success([&] { return SLICE_CALL_REAL(cuGraphExecDestroy, hGraphExec); },
+                       [&](Session&) {
+                         std::lock_guard<std::mutex> lock(g_mu);
+                         const auto it = execs().find(hGraphExec);
+                         if (it != execs().end()) {
+                           if (!it->second.mapped) g_exec_count.fetch_sub(1);
+                           execs().erase(it);
+                         }
+                       });
 }
 
 extern "C" SLICE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
-  return after_success([&] { return SLICE_CALL_REAL(cuDeviceGraphMemTrim, device); }, [&](Session& s) {
-    const int index = s.index_of(device);
-    if (index < 0) return;
-    settle_graph_memory(s, index);
-    trimmed(index);
-  });
+  return after_success([&] { return SLICE_CALL_REAL(cuDeviceGraphMemTrim, device); },
+                       [&](Session& s) {
+                         const int index = s.index_of(device);
+                         if (index < 0) return;
+                         settle_graph_memory(s, index);
+                         trimmed(index);
+                       });
 }

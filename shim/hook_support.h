@@ -44,8 +44,8 @@ CUresult after_success(Call&& call, Then&& then) {
 class RealCall {
  public:
   template <typename F>
-    requires(!std::is_same_v<std::remove_cvref_t<F>, RealCall>)
-  RealCall(F&& f) noexcept  // NOLINT: made implicitly from the lambda at every generated call
+  requires(!std::is_same_v<std::remove_cvref_t<F>, RealCall>) RealCall(F&& f)
+  noexcept  // NOLINT: made implicitly from the lambda at every generated call
       : target_(const_cast<void*>(static_cast<const void*>(&f))),
         thunk_([](void* t) -> CUresult { return (*static_cast<std::remove_reference_t<F>*>(t))(); }) {}
   CUresult operator()() const { return thunk_(target_); }
@@ -83,8 +83,10 @@ CUresult free_recorded(Session& s, AllocationTable& table, std::uint64_t key, Ca
   const std::optional<Charge> c = table.take(key);
   const CUresult rc = call();
   if (c) {
-    if (rc == CUDA_SUCCESS) uncharge(s, c->device, c->bytes);
-    else table.insert(key, *c);
+    if (rc == CUDA_SUCCESS)
+      uncharge(s, c->device, c->bytes);
+    else
+      table.insert(key, *c);
   }
   return rc;
 }

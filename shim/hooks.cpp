@@ -24,22 +24,21 @@
 // of SLICE_HOOK_CU_CUSTOM and SLICE_HOOK_NVML entries are written by hand in shim/.
 #define SLICE_LEAD_ARGS_(...) __VA_ARGS__ __VA_OPT__(, )  // (a, b) -> a, b,   () -> nothing
 #define SLICE_AND_ARGS_(...) __VA_OPT__(, ) __VA_ARGS__   // (a, b) -> , a, b  () -> nothing
-#define SLICE_HOOK_CU_AROUND(name, ret, params, args, helper, lead)                                    \
-  extern "C" SLICE_EXPORT ret name params {                                                            \
-    return ::slice::shim::helper(SLICE_LEAD_ARGS_ lead[&] {                                            \
-      return ::slice::shim::call_real(SLICE_REAL(name) SLICE_AND_ARGS_ args);                         \
-    });                                                                                                \
+#define SLICE_HOOK_CU_AROUND(name, ret, params, args, helper, lead)                                            \
+  extern "C" SLICE_EXPORT ret name params {                                                                    \
+    return ::slice::shim::helper(                                                                              \
+        SLICE_LEAD_ARGS_ lead[&] { return ::slice::shim::call_real(SLICE_REAL(name) SLICE_AND_ARGS_ args); }); \
   }
 #define SLICE_HOOK_NVML_AROUND(name, ret, params, args, helper, lead) \
   extern "C" SLICE_EXPORT ret name params { return ::slice::shim::helper(SLICE_LEAD_ARGS_ lead SLICE_REAL(name)); }
 #define SLICE_HOOK_CU_CUSTOM(name, ret, params, args)
 #define SLICE_HOOK_NVML(name, ret, params, args)
-#define SLICE_HOOK_CU(name, ret, params, args)                                                 \
-  extern "C" SLICE_EXPORT ret name params {                                                    \
-    const auto real = SLICE_REAL(name);                                                        \
-    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                    \
+#define SLICE_HOOK_CU(name, ret, params, args)                                                                \
+  extern "C" SLICE_EXPORT ret name params {                                                                   \
+    const auto real = SLICE_REAL(name);                                                                       \
+    if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                                   \
     if (slice::shim::session_state() == slice::shim::SessionState::failed) return slice::shim::kFailedClosed; \
-    return real args;                                                                          \
+    return real args;                                                                                         \
   }
 #include "hooked_functions.inc"
 #undef SLICE_HOOK_CU
@@ -63,7 +62,8 @@ namespace {
 
 const HookInfo kHooks[] = {
 #define SLICE_HOOK_CU(name, ret, params, args) {#name, HookLibrary::cuda, reinterpret_cast<void*>(&::name), Hook::name},
-#define SLICE_HOOK_NVML(name, ret, params, args) {#name, HookLibrary::nvml, reinterpret_cast<void*>(&::name), Hook::name},
+#define SLICE_HOOK_NVML(name, ret, params, args) \
+  {#name, HookLibrary::nvml, reinterpret_cast<void*>(&::name), Hook::name},
 #include "hooked_functions.inc"
 #undef SLICE_HOOK_CU
 #undef SLICE_HOOK_NVML
@@ -87,4 +87,3 @@ const HookInfo* find_hook(std::string_view name) noexcept {
 }
 
 }  // namespace slice::shim
-

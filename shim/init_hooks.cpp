@@ -6,7 +6,7 @@ using namespace slice::shim;
 
 extern "C" SLICE_EXPORT CUresult cuInit(unsigned int Flags) {
   const auto real = SLICE_REAL(cuInit);
-  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;  // no driver: as if libslice were not there
+  if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;   // no driver: as if libslice were not there
   if (session_config() == nullptr) return start_session();  // fails closed, with one error line
   if (disabled()) return real(Flags);
   const CUresult rc = real(Flags);

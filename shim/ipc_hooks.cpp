@@ -59,7 +59,8 @@ CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Call&& ca
 void note_export(Session& s, CUdeviceptr dptr, std::uint64_t digest) {
   g_ipc_exports_made.store(true, std::memory_order_release);  // before it is recorded: frees look from now on
   if (!s.coordinator->note_ipc_export(digest))
-    log::warn("tenant '" + s.config.tenant + "': its table of CUDA IPC exports is full near this handle's place; "
+    log::warn("tenant '" + s.config.tenant +
+              "': its table of CUDA IPC exports is full near this handle's place; "
               "a process of the tenant that opens it is charged for it again");
   std::lock_guard<std::mutex> lock(s.ipc->mu);
   IpcAccounts::Export& e = s.ipc->exports[dptr];

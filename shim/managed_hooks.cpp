@@ -29,12 +29,14 @@ int target_of(Session& s, const CUmemLocation& where) {
   switch (where.type) {
     case CU_MEM_LOCATION_TYPE_HOST:
     case CU_MEM_LOCATION_TYPE_HOST_NUMA:
-    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return kHost;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+      return kHost;
     case CU_MEM_LOCATION_TYPE_DEVICE: {
       const int index = s.index_of(where.id);
       return index >= 0 ? index : kUnknown;
     }
-    default: return kUnknown;
+    default:
+      return kUnknown;
   }
 }
 

@@ -36,8 +36,10 @@ CUresult free_pointer(CUdeviceptr dptr, Call&& call) {
         const std::optional<Charge> c = s.pointers.take(dptr);
         const CUresult rc = call();
         if (c) {
-          if (rc == CUDA_SUCCESS) uncharge(s, c->device, c->bytes);
-          else s.pointers.insert(dptr, *c);
+          if (rc == CUDA_SUCCESS)
+            uncharge(s, c->device, c->bytes);
+          else
+            s.pointers.insert(dptr, *c);
         } else if (rc == CUDA_SUCCESS) {
           forget_pool_pointer(s, dptr);  // cuMemFree may also free a stream-ordered allocation
         }
@@ -51,8 +53,8 @@ CUresult free_pointer(CUdeviceptr dptr, Call&& call) {
 }
 
 template <typename Pitch, typename Call>
-CUresult alloc_pitch(const char* what, const CUdeviceptr* out, Pitch* pitch, std::uint64_t width,
-                     std::uint64_t height, Call&& call) {
+CUresult alloc_pitch(const char* what, const CUdeviceptr* out, Pitch* pitch, std::uint64_t width, std::uint64_t height,
+                     Call&& call) {
   return accounted(
       [&](Session& s) {
         const CurrentContext ctx = current_context(s);
@@ -77,8 +79,10 @@ void record(Session& s, AllocationTable& table, std::uint64_t key, Charge charge
 }
 
 void settle_charge(Session& s, int device, std::uint64_t charged, std::uint64_t bytes) {
-  if (bytes > charged) s.coordinator->charge_unchecked(device, bytes - charged);
-  else uncharge(s, device, charged - bytes);
+  if (bytes > charged)
+    s.coordinator->charge_unchecked(device, bytes - charged);
+  else
+    uncharge(s, device, charged - bytes);
 }
 
 }  // namespace slice::shim

@@ -189,5 +189,6 @@ nvmlReturn_t slice::shim::running_processes(nvmlDevice_t device, unsigned int* c
 nvmlReturn_t slice::shim::running_processes(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos,
                                             decltype(&::nvmlDeviceGetComputeRunningProcesses) real) {
   if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
-  return tenant_processes(count, infos, [&](unsigned int* n, nvmlProcessInfo_v1_t* out) { return real(device, n, out); });
+  return tenant_processes(count, infos,
+                          [&](unsigned int* n, nvmlProcessInfo_v1_t* out) { return real(device, n, out); });
 }

@@ -63,7 +63,8 @@ std::optional<std::uint64_t> own_nvml_process_memory(const std::string& uuid) {
   if (n.processes(device, &count, infos) != NVML_SUCCESS) return std::nullopt;
   const unsigned int self = static_cast<unsigned int>(::getpid());
   for (unsigned int i = 0; i < count; ++i)
-    if (infos[i].pid == self) return infos[i].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE_ULL ? 0 : infos[i].usedGpuMemory;
+    if (infos[i].pid == self)
+      return infos[i].usedGpuMemory == NVML_VALUE_NOT_AVAILABLE_ULL ? 0 : infos[i].usedGpuMemory;
   return 0;  // not listed: nothing of this process on that device yet
 }
 

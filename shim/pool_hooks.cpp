@@ -74,23 +74,29 @@ int device_of_pool(Session& s, CUmemoryPool pool, CUstream stream) {
 // given back at once; otherwise at the pool's next release.
 void refuse_overgrowth(Session& s, CUmemoryPool pool, int device, CUdeviceptr dptr, CUstream stream, bool ptsz,
                        std::uint64_t reserved_before, std::uint64_t bytes, const char* what) {
-  if (ptsz) SLICE_CALL_REAL(cuMemFreeAsync_ptsz, dptr, stream);
-  else SLICE_CALL_REAL(cuMemFreeAsync, dptr, stream);
+  if (ptsz)
+    SLICE_CALL_REAL(cuMemFreeAsync_ptsz, dptr, stream);
+  else
+    SLICE_CALL_REAL(cuMemFreeAsync, dptr, stream);
   if (!captures_active()) {
-    if (ptsz) SLICE_CALL_REAL(cuStreamSynchronize_ptsz, stream);
-    else SLICE_CALL_REAL(cuStreamSynchronize, stream);
+    if (ptsz)
+      SLICE_CALL_REAL(cuStreamSynchronize_ptsz, stream);
+    else
+      SLICE_CALL_REAL(cuStreamSynchronize, stream);
     call_real(SLICE_REAL(cuMemPoolTrimTo), pool, static_cast<size_t>(reserved_before));
   }
   settle_pool(s, pool, device);
   log::warn("tenant '" + s.config.tenant + "' GPU " + std::to_string(device) + ": " + what + " of " +
-            describe_bytes(bytes) + " refused: its pool could not reuse its idle memory and grew past the cap "
-            "(usage " + describe_bytes(s.coordinator->usage(device)) + " of " +
-            describe_bytes(s.coordinator->cap(device)) + "); CUDA_ERROR_OUT_OF_MEMORY");
+            describe_bytes(bytes) +
+            " refused: its pool could not reuse its idle memory and grew past the cap "
+            "(usage " +
+            describe_bytes(s.coordinator->usage(device)) + " of " + describe_bytes(s.coordinator->cap(device)) +
+            "); CUDA_ERROR_OUT_OF_MEMORY");
 }
 
 template <typename Call>
-CUresult alloc_from(Session& s, CUmemoryPool pool, int device, std::uint64_t bytes, const char* what,
-                    CUdeviceptr* dptr, CUstream stream, bool ptsz, Call&& call) {
+CUresult alloc_from(Session& s, CUmemoryPool pool, int device, std::uint64_t bytes, const char* what, CUdeviceptr* dptr,
+                    CUstream stream, bool ptsz, Call&& call) {
   const std::uint64_t reserved = pool_attribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
   const std::uint64_t used = pool_attribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
   const std::uint64_t idle = reserved > used ? reserved - used : 0;
@@ -196,9 +202,8 @@ extern "C" SLICE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size
 
 extern "C" SLICE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
                                                               CUstream hStream) {
-  return alloc_from_pool(dptr, bytesize, pool, hStream, true, "cuMemAllocFromPoolAsync", [&] {
-    return SLICE_CALL_REAL(cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream);
-  });
+  return alloc_from_pool(dptr, bytesize, pool, hStream, true, "cuMemAllocFromPoolAsync",
+                         [&] { return SLICE_CALL_REAL(cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream); });
 }
 
 extern "C" SLICE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
@@ -284,8 +289,7 @@ CUresult free_async(CUdeviceptr dptr, Call&& call) {
 CUresult slice::shim::synchronize(RealCall call) {
   if (session_state() == SessionState::failed) return kFailedClosed;
   const CUresult rc = call();
-  if (Session* s = current_session(); s != nullptr && s->pools->frees_pending.exchange(false))
-    settle_pools(*s, -1);
+  if (Session* s = current_session(); s != nullptr && s->pools->frees_pending.exchange(false)) settle_pools(*s, -1);
   return rc;
 }
 
@@ -296,4 +300,3 @@ extern "C" SLICE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStre
 extern "C" SLICE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
   return free_async(dptr, [&] { return SLICE_CALL_REAL(cuMemFreeAsync_ptsz, dptr, hStream); });
 }
-

@@ -52,23 +52,28 @@ void substitute_wrapper(const char* symbol, void** pfn, int cuda_version, cuuint
   const HookInfo* answered = nullptr;
   if (hooked) {
     answered = slice::shim::real_function(expected->hook) == *pfn ? expected : hook_answering(*pfn);
-    if (answered != nullptr) *pfn = answered->wrapper;
-    else warn_unknown_once(symbol, cuda_version);
+    if (answered != nullptr)
+      *pfn = answered->wrapper;
+    else
+      warn_unknown_once(symbol, cuda_version);
   }
   if (!slice::log::enabled(slice::LogLevel::trace)) return;  // tests/gpu reads these: what the runtime fetches
   std::string line = std::string("cuGetProcAddress: ") + symbol + " (" + std::to_string(cuda_version) + ", " +
                      std::to_string(flags) + ") -> ";
-  if (!hooked) line += std::string(resolved.export_name) + ", the driver's";
-  else if (answered == nullptr) line += "a function libslice does not know, the driver's";
-  else line += std::string(answered->name) + ", libslice's wrapper";
-  if (answered != nullptr && answered != expected) line += std::string(" (the table says ") + resolved.export_name + ")";
+  if (!hooked)
+    line += std::string(resolved.export_name) + ", the driver's";
+  else if (answered == nullptr)
+    line += "a function libslice does not know, the driver's";
+  else
+    line += std::string(answered->name) + ", libslice's wrapper";
+  if (answered != nullptr && answered != expected)
+    line += std::string(" (the table says ") + resolved.export_name + ")";
   slice::log::write(slice::LogLevel::trace, line);
 }
 
 }  // namespace
 
-extern "C" SLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion,
-                                                  cuuint64_t flags) {
+extern "C" SLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
   const auto real = SLICE_REAL(cuGetProcAddress);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
   const CUresult rc = real(symbol, pfn, cudaVersion, flags);
@@ -76,8 +81,7 @@ extern "C" SLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn
   return rc;
 }
 
-extern "C" SLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion,
-                                                     cuuint64_t flags,
+extern "C" SLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
                                                      CUdriverProcAddressQueryResult* symbolStatus) {
   const auto real = SLICE_REAL(cuGetProcAddress_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;

@@ -20,8 +20,8 @@ namespace slice::shim {
 
 struct Session;
 
-inline constexpr std::uint64_t kReconcileTickNs = 1'000'000'000;     // the watcher, and reports
-inline constexpr std::uint64_t kReconcileRefusalNs = 100'000'000;    // before a refusal
+inline constexpr std::uint64_t kReconcileTickNs = 1'000'000'000;   // the watcher, and reports
+inline constexpr std::uint64_t kReconcileRefusalNs = 100'000'000;  // before a refusal
 
 // Reconciles `device` unless it was done within `max_age_ns`, or another thread is doing it.
 // Returns true when the overhead went down (a refused request may fit now).

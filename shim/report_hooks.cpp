@@ -14,7 +14,7 @@ SliceMemory slice_of(Session& s, int device, std::uint64_t device_total, std::ui
   SliceMemory m{device_total, device_free, false};
   const std::uint64_t cap = s.coordinator->cap(device);
   if (cap == kNoLimit) return m;
-  settle_pools(s, device);  // a synchronisation may have given pool memory back
+  settle_pools(s, device);                 // a synchronisation may have given pool memory back
   reconcile(s, device, kReconcileTickNs);  // and the driver may hold memory no call charged
   return clamp_to_cap(device_total, device_free, cap, s.coordinator->usage_without_dead(device));
 }

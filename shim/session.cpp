@@ -55,7 +55,8 @@ void parse_once() {
     ConfigResult result = parse_config(process_slice_environment());
     if (result.config) {
       parsed_config().config = std::move(result.config);
-      if (!parsed_config().config->disable) log::configure(parsed_config().config->log_level, parsed_config().config->log_file);
+      if (!parsed_config().config->disable)
+        log::configure(parsed_config().config->log_level, parsed_config().config->log_file);
     } else {
       parsed_config().error = result.error.message();
     }
@@ -65,8 +66,9 @@ void parse_once() {
 }
 
 void fail_closed(const std::string& why) {
-  log::error(why + "; every CUDA call now fails with CUDA_ERROR_INVALID_VALUE (fix it, or set "
-                   "SLICE_DISABLE=1 to run without libslice)");
+  log::error(why +
+             "; every CUDA call now fails with CUDA_ERROR_INVALID_VALUE (fix it, or set "
+             "SLICE_DISABLE=1 to run without libslice)");
   g_state.store(SessionState::failed, std::memory_order_release);
 }
 
@@ -81,8 +83,8 @@ std::string unique_tenant_name() {
   std::string base;
   for (const char* p = comm; *p != '\0' && *p != '\n' && base.size() < 24; ++p) {
     const char c = *p;
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
     base += ok ? c : '_';
   }
   while (!base.empty() && (base[0] == '.' || base[0] == '-')) base.erase(0, 1);
@@ -198,9 +200,12 @@ CUresult start_session() noexcept {
   std::lock_guard<std::mutex> lock(g_start_mu);
   switch (g_state.load()) {
     case SessionState::running:
-    case SessionState::passthrough: return CUDA_SUCCESS;
-    case SessionState::failed: return CUDA_ERROR_INVALID_VALUE;
-    case SessionState::fresh: break;
+    case SessionState::passthrough:
+      return CUDA_SUCCESS;
+    case SessionState::failed:
+      return CUDA_ERROR_INVALID_VALUE;
+    case SessionState::fresh:
+      break;
   }
   const Config* config = session_config();
   if (config == nullptr) {
@@ -252,8 +257,8 @@ CUresult start_session() noexcept {
     if (log::enabled(LogLevel::info)) {
       std::string line = "tenant '" + s->config.tenant + "' joined " + request.dir + ":";
       for (const SessionDevice& d : s->devices)
-        line += " GPU " + std::to_string(d.ordinal) + " (" + d.uuid_text + ") " + cap_text(s->coordinator->cap(d.ordinal)) +
-                ";";
+        line += " GPU " + std::to_string(d.ordinal) + " (" + d.uuid_text + ") " +
+                cap_text(s->coordinator->cap(d.ordinal)) + ";";
       log::info(line);
     }
     static std::once_flag process_hooks_once;
@@ -279,8 +284,7 @@ Session* detail::start_running_session(bool& failed) noexcept {
     const Config* config = session_config();
     const auto count_devices = SLICE_REAL(cuDeviceGetCount);
     int count = 0;
-    if (config == nullptr || config->disable ||
-        (count_devices != nullptr && count_devices(&count) == CUDA_SUCCESS))
+    if (config == nullptr || config->disable || (count_devices != nullptr && count_devices(&count) == CUDA_SUCCESS))
       start_session();
     state = g_state.load(std::memory_order_acquire);
   }
@@ -344,8 +348,8 @@ bool charge_after_refusal(Session& s, int device, std::uint64_t bytes, const cha
   if (reconcile(s, device, kReconcileRefusalNs) && s.coordinator->reserve(device, bytes, &why)) return true;
   if (log::enabled(LogLevel::warn)) {
     const SessionDevice& d = s.devices[device];
-    log::warn("tenant '" + s.config.tenant + "' GPU " + std::to_string(d.ordinal) + " (" + d.uuid_text + "): " +
-              what + " of " + describe_bytes(bytes) + " (" + std::to_string(bytes) + " bytes) refused: usage " +
+    log::warn("tenant '" + s.config.tenant + "' GPU " + std::to_string(d.ordinal) + " (" + d.uuid_text + "): " + what +
+              " of " + describe_bytes(bytes) + " (" + std::to_string(bytes) + " bytes) refused: usage " +
               describe_bytes(why.usage) + " of " + cap_text(why.cap) + "; CUDA_ERROR_OUT_OF_MEMORY");
     if (log::enabled(LogLevel::debug)) log::debug("refused at:\n" + caller_backtrace());
   }

@@ -27,8 +27,8 @@ namespace slice::shim {
 enum class SessionState : int { fresh, passthrough, failed, running };
 
 struct SessionDevice {
-  CUdevice handle = 0;   // the driver's, for the ordinal below
-  int ordinal = 0;       // as this process numbers devices (CUDA_VISIBLE_DEVICES applied)
+  CUdevice handle = 0;  // the driver's, for the ordinal below
+  int ordinal = 0;      // as this process numbers devices (CUDA_VISIBLE_DEVICES applied)
   Uuid uuid{};
   std::string uuid_text;  // "GPU-..."
   std::string name;
@@ -45,10 +45,10 @@ struct Session {
   Config config;
   std::unique_ptr<Coordinator> coordinator;
   std::vector<SessionDevice> devices;  // index = coordinator device index = ordinal
-  AllocationTable pointers;   // cuMemAlloc*, pitch, managed: base address -> charge
-  AllocationTable arrays;     // CUarray and CUmipmappedArray handles -> charge
-  AllocationTable pool_pointers; // stream-ordered allocations: address -> size, owner = the pool
-  AllocationTable contexts;   // context handle -> what creating it took
+  AllocationTable pointers;            // cuMemAlloc*, pitch, managed: base address -> charge
+  AllocationTable arrays;              // CUarray and CUmipmappedArray handles -> charge
+  AllocationTable pool_pointers;       // stream-ordered allocations: address -> size, owner = the pool
+  AllocationTable contexts;            // context handle -> what creating it took
   // Each device's primary context while it is active (0: none), so its release can find it.
   std::array<std::atomic<std::uint64_t>, kMaxDevices> primary_contexts{};
   std::unique_ptr<PoolAccounts> pools;
@@ -122,8 +122,8 @@ void current_context_changed_here() noexcept;
 
 // Charges `bytes` on device `device` for `what` (a driver function's name), or writes the refusal's
 // warn line and returns false. A refusal is retried once after settling the pools and once after
-// reconciling with the driver: either may have freed room since. Inline up to the coordinator; what follows a first refusal
-// (charge_after_refusal: settling the pools, reconciling, the warn line) is out of line.
+// reconciling with the driver: either may have freed room since. Inline up to the coordinator; what follows a first
+// refusal (charge_after_refusal: settling the pools, reconciling, the warn line) is out of line.
 bool charge_after_refusal(Session& s, int device, std::uint64_t bytes, const char* what, Refusal& why);
 inline bool charge(Session& s, int device, std::uint64_t bytes, const char* what) {
   Refusal why;

@@ -32,9 +32,9 @@ inline constexpr HookLibrary kHookLibraries[] = {
 };
 
 struct HookInfo {
-  const char* name;     // the exact export
+  const char* name;  // the exact export
   HookLibrary library;
-  void* wrapper;        // libslice's exported wrapper of that export
+  void* wrapper;  // libslice's exported wrapper of that export
   Hook hook;
 };
 
@@ -60,8 +60,7 @@ void* open_real_function(Hook hook) noexcept;  // real_function before its libra
 // one load of the table (the library is known at compile time).
 inline void* real_function(Hook hook) noexcept {
   const auto i = static_cast<std::size_t>(hook);
-  const detail::RealFunctions& lib =
-      kHookLibraries[i] == HookLibrary::cuda ? detail::g_real_cuda : detail::g_real_nvml;
+  const detail::RealFunctions& lib = kHookLibraries[i] == HookLibrary::cuda ? detail::g_real_cuda : detail::g_real_nvml;
   if (lib.opened.load(std::memory_order_acquire)) return lib.functions[i];
   return detail::open_real_function(hook);
 }
@@ -90,18 +89,18 @@ consteval int hook_index(std::string_view name) {
 // function comes from the hook table (real_function: inline, two loads once opened); any other
 // export is looked up once in the same library handle and kept. nullptr when the library lacks it.
 // (A generic lambda, so that the branch not taken is never instantiated.)
-#define SLICE_REAL(fn)                                                                                   \
-  ([](auto) noexcept {                                                                                   \
-    using Fn = decltype(&::fn);                                                                          \
-    constexpr int index = ::slice::shim::hook_index(#fn);                                                \
-    if constexpr (index >= 0) {                                                                          \
-      return reinterpret_cast<Fn>(::slice::shim::real_function(static_cast<::slice::shim::Hook>(index))); \
-    } else {                                                                                             \
-      static const Fn real = reinterpret_cast<Fn>(std::string_view(#fn).starts_with("nvml")              \
-                                                      ? ::slice::shim::real_nvml_symbol(#fn)             \
-                                                      : ::slice::shim::real_cuda_symbol(#fn));           \
-      return real;                                                                                       \
-    }                                                                                                    \
+#define SLICE_REAL(fn)                                                                                            \
+  ([](auto) noexcept {                                                                                            \
+    using Fn = decltype(&::fn);                                                                                   \
+    constexpr int index = ::slice::shim::hook_index(#fn);                                                         \
+    if constexpr (index >= 0) {                                                                                   \
+      return reinterpret_cast<Fn>(::slice::shim::real_function(static_cast<::slice::shim::Hook>(index)));         \
+    } else {                                                                                                      \
+      static const Fn real =                                                                                      \
+          reinterpret_cast<Fn>(std::string_view(#fn).starts_with("nvml") ? ::slice::shim::real_nvml_symbol(#fn)   \
+                                                                         : ::slice::shim::real_cuda_symbol(#fn)); \
+      return real;                                                                                                \
+    }                                                                                                             \
   }(0))
 
 // glibc's dlsym, never our hook: dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"), then "GLIBC_2.2.5".

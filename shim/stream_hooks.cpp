@@ -17,4 +17,3 @@ CUresult slice::shim::destroy_stream(CUstream stream, RealCall call) {
       },
       call);
 }
-

@@ -37,7 +37,8 @@ const char kUsage[] =
     "  --help            this text\n"
     "\n"
     "libslice.so is looked for where LIBSLICE_PATH says, else beside this program: where the installed\n"
-    "layout puts it (" SLICE_INSTALLED_LIBRARY "), then ../lib/libslice.so (the build folder).\n"
+    "layout puts it (" SLICE_INSTALLED_LIBRARY
+    "), then ../lib/libslice.so (the build folder).\n"
     "Exit status: CMD's own; 2 for a wrong command line or an invalid SLICE_* variable in the\n"
     "environment, 1 when libslice.so is missing, 127 when CMD cannot be run.\n\n";
 

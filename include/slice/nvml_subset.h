@@ -100,9 +100,22 @@ typedef enum nvmlComputeMode_enum {
 } nvmlComputeMode_t;
 
 typedef enum nvmlPStates_enum {  // P0 is the highest performance state, P15 the lowest
-  NVML_PSTATE_0 = 0, NVML_PSTATE_1, NVML_PSTATE_2, NVML_PSTATE_3, NVML_PSTATE_4, NVML_PSTATE_5, NVML_PSTATE_6,
-  NVML_PSTATE_7, NVML_PSTATE_8, NVML_PSTATE_9, NVML_PSTATE_10, NVML_PSTATE_11, NVML_PSTATE_12, NVML_PSTATE_13,
-  NVML_PSTATE_14, NVML_PSTATE_15,
+  NVML_PSTATE_0 = 0,
+  NVML_PSTATE_1,
+  NVML_PSTATE_2,
+  NVML_PSTATE_3,
+  NVML_PSTATE_4,
+  NVML_PSTATE_5,
+  NVML_PSTATE_6,
+  NVML_PSTATE_7,
+  NVML_PSTATE_8,
+  NVML_PSTATE_9,
+  NVML_PSTATE_10,
+  NVML_PSTATE_11,
+  NVML_PSTATE_12,
+  NVML_PSTATE_13,
+  NVML_PSTATE_14,
+  NVML_PSTATE_15,
   NVML_PSTATE_UNKNOWN = 32
 } nvmlPstates_t;
 
@@ -187,7 +200,7 @@ typedef union nvmlValue_st {
 typedef struct nvmlFieldValue_st {
   unsigned int fieldId;
   unsigned int scopeId;
-  long long timestamp;    // microseconds since 1970
+  long long timestamp;  // microseconds since 1970
   long long latencyUsec;
   nvmlValueType_t valueType;
   nvmlReturn_t nvmlReturn;

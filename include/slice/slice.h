@@ -24,24 +24,25 @@ extern "C" {
 
 /* slice_get_info's answers. */
 #define SLICE_OK 0
-#define SLICE_ERROR_ARGUMENT (-1)    /* info is null, or info->size is smaller than version 1's */
-#define SLICE_ERROR_NOT_RUNNING (-2) /* libslice is not running here: the driver not initialised yet
-                                        (call cuInit first), SLICE_DISABLE, or it failed closed */
-#define SLICE_ERROR_DEVICE (-3)      /* no such device in this process */
+#define SLICE_ERROR_ARGUMENT (-1) /* info is null, or info->size is smaller than version 1's */
+#define SLICE_ERROR_NOT_RUNNING                                                                 \
+  (-2)                          /* libslice is not running here: the driver not initialised yet \
+                                   (call cuInit first), SLICE_DISABLE, or it failed closed */
+#define SLICE_ERROR_DEVICE (-3) /* no such device in this process */
 
-#define SLICE_NO_LIMIT UINT64_MAX    /* memory_limit when the tenant has no cap on the device */
+#define SLICE_NO_LIMIT UINT64_MAX /* memory_limit when the tenant has no cap on the device */
 
 typedef struct slice_info {
-  uint32_t size;           /* set by the caller: sizeof(slice_info) */
+  uint32_t size; /* set by the caller: sizeof(slice_info) */
   uint32_t reserved;
-  char tenant[64];         /* the tenant's name, NUL-terminated */
-  uint64_t memory_limit;   /* bytes the tenant may hold on the device (an administrator's policy
-                              applied); SLICE_NO_LIMIT: no cap */
-  uint64_t memory_used;    /* bytes the tenant holds there now, all its processes together */
-  uint64_t memory_mine;    /* of them, this process's */
-  uint32_t compute_share;  /* percent of the device's time when others want it too */
-  uint32_t compute_limit;  /* percent of the device's time at most, even alone */
-  int32_t priority;        /* 0: low, 1: normal, 2: high */
+  char tenant[64];        /* the tenant's name, NUL-terminated */
+  uint64_t memory_limit;  /* bytes the tenant may hold on the device (an administrator's policy
+                             applied); SLICE_NO_LIMIT: no cap */
+  uint64_t memory_used;   /* bytes the tenant holds there now, all its processes together */
+  uint64_t memory_mine;   /* of them, this process's */
+  uint32_t compute_share; /* percent of the device's time when others want it too */
+  uint32_t compute_limit; /* percent of the device's time at most, even alone */
+  int32_t priority;       /* 0: low, 1: normal, 2: high */
   uint32_t reserved2;
 } slice_info;
 

@@ -20,14 +20,22 @@ constexpr std::string_view kGpuSuffixPrefix = "GPU_";  // NAME_GPU_<uuid>
 
 template <VariableKind K>
 auto parse_as(std::string_view text) {
-  if constexpr (K == VariableKind::quantity) return parse_memory_limit(text);
-  else if constexpr (K == VariableKind::percent) return parse_percent(text);
-  else if constexpr (K == VariableKind::priority) return parse_priority(text);
-  else if constexpr (K == VariableKind::tenant_name) return parse_tenant_name(text);
-  else if constexpr (K == VariableKind::directory) return parse_directory(text);
-  else if constexpr (K == VariableKind::log_level) return parse_log_level(text);
-  else if constexpr (K == VariableKind::file) return parse_file(text);
-  else if constexpr (K == VariableKind::flag) return parse_flag(text);
+  if constexpr (K == VariableKind::quantity)
+    return parse_memory_limit(text);
+  else if constexpr (K == VariableKind::percent)
+    return parse_percent(text);
+  else if constexpr (K == VariableKind::priority)
+    return parse_priority(text);
+  else if constexpr (K == VariableKind::tenant_name)
+    return parse_tenant_name(text);
+  else if constexpr (K == VariableKind::directory)
+    return parse_directory(text);
+  else if constexpr (K == VariableKind::log_level)
+    return parse_log_level(text);
+  else if constexpr (K == VariableKind::file)
+    return parse_file(text);
+  else if constexpr (K == VariableKind::flag)
+    return parse_flag(text);
 }
 
 // Which device a variable's name sets: none (every device), an ordinal (NAME_<n>) or a UUID
@@ -57,11 +65,11 @@ void store(PerDevice<T, Fallback>& field, const DeviceKey& device, T value) {
 std::optional<std::string> apply(Config& config, VariableId id, const DeviceKey& device, std::string_view value) {
   switch (id) {
 #define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP) \
-  case VariableId::NAME: {                                                 \
-    auto parsed = parse_as<VariableKind::KIND>(value);                     \
-    if (!parsed) return std::move(parsed.reason);                          \
-    store(config.FIELD, device, std::move(*parsed.value));                 \
-    return std::nullopt;                                                   \
+  case VariableId::NAME: {                                                        \
+    auto parsed = parse_as<VariableKind::KIND>(value);                            \
+    if (!parsed) return std::move(parsed.reason);                                 \
+    store(config.FIELD, device, std::move(*parsed.value));                        \
+    return std::nullopt;                                                          \
   }
 #include "variables.inc"
   }
@@ -142,25 +150,28 @@ NameMatch match_name(const std::string& name, const std::string& value) {
   if (stem != nullptr) {
     const std::string_view suffix = std::string_view(name).substr(stem->name.size() + 1);
     if (stem->scope == DeviceScope::process_wide) {
-      return {nullptr, {},
+      return {nullptr,
+              {},
               ConfigError{name, value, std::string(stem->name) + " has no per-device form",
                           setting(stem->name, stem->example)}};
     }
     if (suffix.starts_with(kGpuSuffixPrefix)) {
       auto uuid = gpu_uuid_of_suffix(suffix);
       if (!uuid) {
-        return {nullptr, {},
-                ConfigError{name, value,
-                            "the suffix '" + printable(suffix, 48) +
-                                "' is not a GPU UUID (GPU_ and 32 hex digits in groups of 8_4_4_4_12)",
-                            setting(std::string(stem->name) + "_GPU_516d696d_6770_4075_8000_000000000000",
-                                    stem->example)}};
+        return {
+            nullptr,
+            {},
+            ConfigError{name, value,
+                        "the suffix '" + printable(suffix, 48) +
+                            "' is not a GPU UUID (GPU_ and 32 hex digits in groups of 8_4_4_4_12)",
+                        setting(std::string(stem->name) + "_GPU_516d696d_6770_4075_8000_000000000000", stem->example)}};
       }
       return {stem, DeviceKey{std::nullopt, std::move(*uuid)}, std::nullopt};
     }
     const auto device = parse_ordinal(suffix);
     if (!device) {
-      return {nullptr, {},
+      return {nullptr,
+              {},
               ConfigError{name, value,
                           "the suffix '" + printable(suffix, 16) + "' is not a device ordinal (0 to " +
                               std::to_string(kMaxDeviceOrdinal) + ", no leading zeros)",
@@ -170,7 +181,8 @@ NameMatch match_name(const std::string& name, const std::string& value) {
   }
 
   const VariableInfo& closest = closest_variable(name);
-  return {nullptr, {},
+  return {nullptr,
+          {},
           ConfigError{name, value, "unknown variable (did you mean " + std::string(closest.name) + "?)",
                       setting(closest.name, closest.example)}};
 }

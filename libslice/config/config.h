@@ -60,14 +60,46 @@ struct PerDevice {
 // the variable may be unset with no value at all (a memory cap: std::nullopt is "no cap").
 template <VariableKind K>
 struct KindTypes;
-template <> struct KindTypes<VariableKind::quantity> { using value = MemoryLimit; using held = std::optional<MemoryLimit>; };
-template <> struct KindTypes<VariableKind::percent> { using value = unsigned; using held = unsigned; };
-template <> struct KindTypes<VariableKind::priority> { using value = Priority; using held = Priority; };
-template <> struct KindTypes<VariableKind::tenant_name> { using value = std::string; using held = std::string; };
-template <> struct KindTypes<VariableKind::directory> { using value = std::string; using held = std::string; };
-template <> struct KindTypes<VariableKind::log_level> { using value = LogLevel; using held = LogLevel; };
-template <> struct KindTypes<VariableKind::file> { using value = std::string; using held = std::string; };
-template <> struct KindTypes<VariableKind::flag> { using value = bool; using held = bool; };
+template <>
+struct KindTypes<VariableKind::quantity> {
+  using value = MemoryLimit;
+  using held = std::optional<MemoryLimit>;
+};
+template <>
+struct KindTypes<VariableKind::percent> {
+  using value = unsigned;
+  using held = unsigned;
+};
+template <>
+struct KindTypes<VariableKind::priority> {
+  using value = Priority;
+  using held = Priority;
+};
+template <>
+struct KindTypes<VariableKind::tenant_name> {
+  using value = std::string;
+  using held = std::string;
+};
+template <>
+struct KindTypes<VariableKind::directory> {
+  using value = std::string;
+  using held = std::string;
+};
+template <>
+struct KindTypes<VariableKind::log_level> {
+  using value = LogLevel;
+  using held = LogLevel;
+};
+template <>
+struct KindTypes<VariableKind::file> {
+  using value = std::string;
+  using held = std::string;
+};
+template <>
+struct KindTypes<VariableKind::flag> {
+  using value = bool;
+  using held = bool;
+};
 
 template <VariableKind K, DeviceScope S>
 using ConfigField = std::conditional_t<S == DeviceScope::per_device,
@@ -90,10 +122,12 @@ Field initial_value(const Default& value) {
 constexpr bool is_empty_default(std::nullopt_t) { return true; }
 constexpr bool is_empty_default(const char* text) { return text[0] == '\0'; }
 template <typename T>
-constexpr bool is_empty_default(T) { return false; }
+constexpr bool is_empty_default(T) {
+  return false;
+}
 
-#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP)                     \
-  static_assert(is_empty_default(DEFAULT) == !std::string_view(UNSET).empty(),                       \
+#define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP) \
+  static_assert(is_empty_default(DEFAULT) == !std::string_view(UNSET).empty(),    \
                 #NAME ": UNSET says what an empty DEFAULT means, and is \"\" for any other DEFAULT");
 #include "variables.inc"
 
@@ -101,7 +135,7 @@ constexpr bool is_empty_default(T) { return false; }
 // its DEFAULT: the table is the one place a default is written.
 struct Config {
 #define SLICE_VARIABLE(NAME, FIELD, KIND, DEVICES, DEFAULT, UNSET, EXAMPLE, HELP) \
-  ConfigField<VariableKind::KIND, DeviceScope::DEVICES> FIELD =                  \
+  ConfigField<VariableKind::KIND, DeviceScope::DEVICES> FIELD =                   \
       initial_value<ConfigField<VariableKind::KIND, DeviceScope::DEVICES>>(DEFAULT);
 #include "variables.inc"
 

@@ -26,16 +26,18 @@ ParseResult<Enum> parse_word(std::string_view text, const std::array<std::pair<s
   return ParseResult<Enum>::refuse("must be " + std::string(expected));
 }
 
-constexpr std::array<std::pair<std::string_view, Priority>, 3> kPriorities{{
-    {"high", Priority::high}, {"normal", Priority::normal}, {"low", Priority::low}}};
+constexpr std::array<std::pair<std::string_view, Priority>, 3> kPriorities{
+    {{"high", Priority::high}, {"normal", Priority::normal}, {"low", Priority::low}}};
 
-constexpr std::array<std::pair<std::string_view, LogLevel>, 6> kLogLevels{{
-    {"off", LogLevel::off}, {"error", LogLevel::error}, {"warn", LogLevel::warn},
-    {"info", LogLevel::info}, {"debug", LogLevel::debug}, {"trace", LogLevel::trace}}};
+constexpr std::array<std::pair<std::string_view, LogLevel>, 6> kLogLevels{{{"off", LogLevel::off},
+                                                                           {"error", LogLevel::error},
+                                                                           {"warn", LogLevel::warn},
+                                                                           {"info", LogLevel::info},
+                                                                           {"debug", LogLevel::debug},
+                                                                           {"trace", LogLevel::trace}}};
 
 bool is_tenant_char(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' ||
-         c == '-';
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
 }
 
 std::string too_long(std::size_t max) { return "longer than " + std::to_string(max) + " characters"; }

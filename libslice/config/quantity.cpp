@@ -26,22 +26,37 @@ struct Unit {
 constexpr std::uint64_t kKi = 1024, kK = 1000;
 constexpr Unit kUnits[] = {
     {"", 1},
-    {"Ki", kKi}, {"Mi", kKi * kKi}, {"Gi", kKi * kKi * kKi}, {"Ti", kKi * kKi * kKi * kKi},
-    {"Pi", kKi * kKi * kKi * kKi * kKi}, {"Ei", kKi * kKi * kKi * kKi * kKi * kKi},
-    {"KiB", kKi}, {"MiB", kKi * kKi}, {"GiB", kKi * kKi * kKi}, {"TiB", kKi * kKi * kKi * kKi},
-    {"PiB", kKi * kKi * kKi * kKi * kKi}, {"EiB", kKi * kKi * kKi * kKi * kKi * kKi},
-    {"k", kK}, {"K", kK}, {"M", kK * kK}, {"G", kK * kK * kK}, {"T", kK * kK * kK * kK},
-    {"P", kK * kK * kK * kK * kK}, {"E", kK * kK * kK * kK * kK * kK},
-    {"KB", kK}, {"MB", kK * kK}, {"GB", kK * kK * kK}, {"TB", kK * kK * kK * kK},
-    {"PB", kK * kK * kK * kK * kK}, {"EB", kK * kK * kK * kK * kK * kK},
+    {"Ki", kKi},
+    {"Mi", kKi* kKi},
+    {"Gi", kKi* kKi* kKi},
+    {"Ti", kKi* kKi* kKi* kKi},
+    {"Pi", kKi* kKi* kKi* kKi* kKi},
+    {"Ei", kKi* kKi* kKi* kKi* kKi* kKi},
+    {"KiB", kKi},
+    {"MiB", kKi* kKi},
+    {"GiB", kKi* kKi* kKi},
+    {"TiB", kKi* kKi* kKi* kKi},
+    {"PiB", kKi* kKi* kKi* kKi* kKi},
+    {"EiB", kKi* kKi* kKi* kKi* kKi* kKi},
+    {"k", kK},
+    {"K", kK},
+    {"M", kK* kK},
+    {"G", kK* kK* kK},
+    {"T", kK* kK* kK* kK},
+    {"P", kK* kK* kK* kK* kK},
+    {"E", kK* kK* kK* kK* kK* kK},
+    {"KB", kK},
+    {"MB", kK* kK},
+    {"GB", kK* kK* kK},
+    {"TB", kK* kK* kK* kK},
+    {"PB", kK* kK* kK* kK* kK},
+    {"EB", kK* kK* kK* kK* kK* kK},
 };
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 // Not std::isspace: its answer depends on the locale, and a value's meaning must not.
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r';
-}
+bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r'; }
 
 std::uint64_t power_of_ten(std::size_t exponent) {
   std::uint64_t p = 1;
@@ -82,8 +97,7 @@ ParseResult<DecimalNumber> split_decimal(std::string_view text) {
   std::size_t end = 0;
   while (end < text.size() && is_digit(text[end])) ++end;
   if (end == 0) {
-    return R::refuse(text.front() == '.' ? "a digit must come before the decimal point"
-                                         : "not a number");
+    return R::refuse(text.front() == '.' ? "a digit must come before the decimal point" : "not a number");
   }
   DecimalNumber number{text.substr(0, end), {}, {}};
   if (end < text.size() && text[end] == '.') {
@@ -103,9 +117,7 @@ ParseResult<DecimalNumber> split_decimal(std::string_view text) {
   return R::accept(number);
 }
 
-std::string overflow_reason() {
-  return "more than " + std::to_string(kMaxBytes) + " bytes (2^64 - 1)";
-}
+std::string overflow_reason() { return "more than " + std::to_string(kMaxBytes) + " bytes (2^64 - 1)"; }
 
 // number × multiplier, rounded down: integer part and fraction each multiplied exactly.
 ParseResult<std::uint64_t> bytes_of(const DecimalNumber& number, std::uint64_t multiplier) {
@@ -116,8 +128,8 @@ ParseResult<std::uint64_t> bytes_of(const DecimalNumber& number, std::uint64_t m
   const auto integer = digits_value(number.integer_digits);
   if (!integer) return R::refuse(overflow_reason());
   const std::uint64_t fraction = *digits_value(number.fraction_digits);  // < 10^18, always fits
-  const Wide total = Wide{*integer} * multiplier +
-                     Wide{fraction} * multiplier / power_of_ten(number.fraction_digits.size());
+  const Wide total =
+      Wide{*integer} * multiplier + Wide{fraction} * multiplier / power_of_ten(number.fraction_digits.size());
   if (total > kMaxBytes) return R::refuse(overflow_reason());
   return R::accept(static_cast<std::uint64_t>(total));
 }
@@ -142,8 +154,7 @@ ParseResult<std::uint32_t> device_billionths_of(const DecimalNumber& number) {
   if (!percent || *percent > 100) return R::refuse("a percentage of the device is at most 100%");
   const std::uint64_t billionths =
       *percent * power_of_ten(kMaxPercentFractionDigits) +
-      *digits_value(number.fraction_digits) *
-          power_of_ten(kMaxPercentFractionDigits - number.fraction_digits.size());
+      *digits_value(number.fraction_digits) * power_of_ten(kMaxPercentFractionDigits - number.fraction_digits.size());
   if (billionths == 0) return R::refuse("a percentage of the device must be more than 0%");
   if (billionths > MemoryLimit::kWholeDevice) return R::refuse("a percentage of the device is at most 100%");
   return R::accept(static_cast<std::uint32_t>(billionths));

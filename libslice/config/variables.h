@@ -24,13 +24,13 @@ enum class VariableKind {
 enum class DeviceScope { process_wide, per_device };
 
 struct VariableInfo {
-  std::string_view name;          // SLICE_MEMORY_LIMIT
-  std::string_view field;         // the slice::Config member it sets
+  std::string_view name;   // SLICE_MEMORY_LIMIT
+  std::string_view field;  // the slice::Config member it sets
   VariableKind kind;
   DeviceScope scope;
-  std::string_view unset_text;    // markdown: what an empty default means ("" where the default is a value)
-  std::string_view example;       // a valid value
-  std::string_view help;          // markdown
+  std::string_view unset_text;  // markdown: what an empty default means ("" where the default is a value)
+  std::string_view example;     // a valid value
+  std::string_view help;        // markdown
 };
 
 // One enumerator per variable, in table order, so code can name a row without a string compare.

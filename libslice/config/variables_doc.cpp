@@ -63,7 +63,8 @@ std::vector<DocRow> doc_rows() {
                       name + "_1=" + std::string(v.example)});
       rows.push_back({name + "_GPU_<uuid>",
                       "the same for the GPU of that UUID, its dashes written as underscores "
-                      "(`GPU_516d696d_6770_4075_8000_000000000000`); wins over `" + name + "_<n>` and `" + name + "`",
+                      "(`GPU_516d696d_6770_4075_8000_000000000000`); wins over `" +
+                          name + "_<n>` and `" + name + "`",
                       "", name + "_GPU_516d696d_6770_4075_8000_000000000000=" + std::string(v.example)});
     }
   }

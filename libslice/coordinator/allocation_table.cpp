@@ -15,7 +15,7 @@
 namespace slice::test {
 void allocation_table_race_point();
 bool allocation_table_map_fails();  // true: this mmap fails (the test's way to make it fail)
-}
+}  // namespace slice::test
 #define SLICE_RACE_POINT() ::slice::test::allocation_table_race_point()
 #define SLICE_MAP_FAILS() ::slice::test::allocation_table_map_fails()
 #else
@@ -102,8 +102,9 @@ AllocationTable::Slot* AllocationTable::map_slots() {
   // Zero pages: every slot free and not live, every reach 0, no block used. Only the pages entries
   // land on are ever touched (huge ones, with transparent huge pages always on).
   const std::size_t bytes = mapped_bytes();
-  void* p = SLICE_MAP_FAILS() ? MAP_FAILED
-                              : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  void* p = SLICE_MAP_FAILS()
+                ? MAP_FAILED
+                : mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   // A failure is recorded in slots_ itself, for good: no insert tries mmap again, and no thread can
   // put a key in slots that another, which saw the mmap fail, does not look in (the overflow would
   // then hold it too). The first outcome recorded is everyone's.

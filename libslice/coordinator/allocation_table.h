@@ -50,9 +50,9 @@
 namespace slice {
 
 struct Charge {
-  int device = 0;             // index into the process's devices
-  std::uint64_t bytes = 0;    // what the ledger was charged
-  std::uint64_t owner = 0;    // what frees it wholesale when destroyed (a context), 0: nothing
+  int device = 0;           // index into the process's devices
+  std::uint64_t bytes = 0;  // what the ledger was charged
+  std::uint64_t owner = 0;  // what frees it wholesale when destroyed (a context), 0: nothing
 };
 
 class AllocationTable {
@@ -89,7 +89,7 @@ class AllocationTable {
 
  private:
   struct Slot {
-    std::atomic<std::uint64_t> key;    // 0: free
+    std::atomic<std::uint64_t> key;  // 0: free
     std::atomic<std::uint64_t> bytes;
     std::atomic<std::uint64_t> owner;
     std::atomic<std::uint32_t> state;  // kNotLive, kLive, kBusy (allocation_table.cpp)

@@ -87,7 +87,8 @@ WaitResult ComputeBoard::wait_for(const TenantCompute& t, std::uint64_t timeout_
     return WaitResult::failed;
   unsigned char* raw = entry_buffer_.data();
   const auto* e = reinterpret_cast<const DeviceEntry*>(raw);
-  if (::pread(f.fd, raw, sizeof(DeviceEntry), static_cast<off_t>(entry_at)) != static_cast<ssize_t>(sizeof(DeviceEntry)))
+  if (::pread(f.fd, raw, sizeof(DeviceEntry), static_cast<off_t>(entry_at)) !=
+      static_cast<ssize_t>(sizeof(DeviceEntry)))
     return WaitResult::failed;
   // Compared as a row reads it (heartbeats included): a count whose heartbeat went stale is no
   // change, or every wait on that tenant would end at once.
@@ -96,8 +97,8 @@ WaitResult ComputeBoard::wait_for(const TenantCompute& t, std::uint64_t timeout_
   if (now.active != t.active || now.wanting != t.wanting || now.drain_eta_ns != t.drain_eta_ns || seq != t.turn_seq)
     return WaitResult::changed;
   // Never dereferenced here: only the kernel reads it, and a truncated file is EFAULT, not SIGBUS.
-  const auto* word = reinterpret_cast<const std::atomic<std::uint32_t>*>(static_cast<const char*>(f.page) +
-                                                                        (at & (page_size - 1)));
+  const auto* word =
+      reinterpret_cast<const std::atomic<std::uint32_t>*>(static_cast<const char*>(f.page) + (at & (page_size - 1)));
   waiting_on_.store(word);
   const WaitResult r = futex_wait(word, seq, timeout_ns, true);
   waiting_on_.store(nullptr);
@@ -127,7 +128,8 @@ void ComputeBoard::rescan(std::uint64_t now_ns) {
   if (d == nullptr) return;
   std::vector<std::pair<std::string, ino_t>> names;
   while (const dirent* e = ::readdir(d))
-    if (e->d_name[0] != '.' && e->d_name != self_ && valid_tenant_name(e->d_name)) names.emplace_back(e->d_name, e->d_ino);
+    if (e->d_name[0] != '.' && e->d_name != self_ && valid_tenant_name(e->d_name))
+      names.emplace_back(e->d_name, e->d_ino);
   ::closedir(d);
   // Keep what is still there (the same file, not one made anew under its name), open what is new,
   // close what is gone.
@@ -164,7 +166,9 @@ std::uint64_t received_over(const ReceivedHistory& history, std::uint64_t cumula
   if (newest == 0) return 0;  // no history yet
   const std::uint64_t from = now_ns > window_ns ? now_ns - window_ns : 0;
   const std::uint64_t oldest = newest >= kHistorySamples ? newest - kHistorySamples + 1 : 1;
-  const auto sample = [&](std::uint64_t step) { return history.total_ns[step % kHistorySamples].load(std::memory_order_relaxed); };
+  const auto sample = [&](std::uint64_t step) {
+    return history.total_ns[step % kHistorySamples].load(std::memory_order_relaxed);
+  };
   // The points known: each step's start, the last record, and now. After the last record the total
   // grows only by what `cumulative_ns` has beyond it (nothing, for a tenant that is gone).
   const std::uint64_t updated_at = history.updated_ns.load(std::memory_order_relaxed);
@@ -190,8 +194,8 @@ std::uint64_t received_over(const ReceivedHistory& history, std::uint64_t cumula
 }
 
 bool joined_within(const TenantCompute& t, std::uint64_t now_ns, std::uint64_t window_ns) {
-  return t.joined_ms != 0 &&
-         static_cast<std::uint32_t>(joined_stamp_ms(now_ns) - t.joined_ms) < static_cast<std::uint32_t>(window_ns / 1'000'000);
+  return t.joined_ms != 0 && static_cast<std::uint32_t>(joined_stamp_ms(now_ns) - t.joined_ms) <
+                                 static_cast<std::uint32_t>(window_ns / 1'000'000);
 }
 
 void record_history(ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns) {
@@ -221,7 +225,6 @@ constexpr std::uint64_t kFullReadNs = 100'000'000;
 constexpr std::uint64_t kDormantNs = 50'000'000;
 constexpr int kAbsent = -2;  // File::entry of a tenant not on this GPU (or unreadable)
 
-
 }  // namespace
 
 bool ComputeBoard::read_full(File& f, const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns) {
@@ -241,7 +244,8 @@ bool ComputeBoard::read_full(File& f, const std::uint8_t uuid[16], std::uint64_t
     t.name = f.name;
     load_entry(e, now_ns, t);
     const off_t at = static_cast<off_t>(offsetof(TenantFile, history) + index * sizeof(ReceivedHistory));
-    f.has_history = ::pread(f.fd, f.history.data(), sizeof(ReceivedHistory), at) == static_cast<ssize_t>(sizeof(ReceivedHistory));
+    f.has_history =
+        ::pread(f.fd, f.history.data(), sizeof(ReceivedHistory), at) == static_cast<ssize_t>(sizeof(ReceivedHistory));
     if (f.has_history) {
       t.window_received_ns = std::min(
           received_over(*reinterpret_cast<const ReceivedHistory*>(f.history.data()), t.received_ns, now_ns, window_ns),
@@ -258,16 +262,16 @@ bool ComputeBoard::read_entry(File& f, const std::uint8_t uuid[16], std::uint64_
   unsigned char* raw = entry_buffer_.data();
   const auto* e = reinterpret_cast<const DeviceEntry*>(raw);
   const off_t at = static_cast<off_t>(offsetof(TenantFile, devices) + f.entry * sizeof(DeviceEntry));
-  if (::pread(f.fd, raw, sizeof(DeviceEntry), at) != static_cast<ssize_t>(sizeof(DeviceEntry)) || e->state.load() != 2 ||
-      std::memcmp(e->uuid, uuid, 16) != 0)
+  if (::pread(f.fd, raw, sizeof(DeviceEntry), at) != static_cast<ssize_t>(sizeof(DeviceEntry)) ||
+      e->state.load() != 2 || std::memcmp(e->uuid, uuid, 16) != 0)
     return read_full(f, uuid, now_ns, window_ns);
   load_entry(*e, now_ns, f.last);
   // The window over the history kept from the full read, up to the entry's figure now.
-  f.last.window_received_ns =
-      f.has_history ? std::min(received_over(*reinterpret_cast<const ReceivedHistory*>(f.history.data()),
-                                             f.last.received_ns, now_ns, window_ns),
-                               window_ns)
-                    : 0;
+  f.last.window_received_ns = f.has_history
+                                  ? std::min(received_over(*reinterpret_cast<const ReceivedHistory*>(f.history.data()),
+                                                           f.last.received_ns, now_ns, window_ns),
+                                             window_ns)
+                                  : 0;
   return true;
 }
 
@@ -280,9 +284,11 @@ void ComputeBoard::read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::
   for (std::size_t i = 0; i < files_.size(); ++i) {
     File& f = files_[i];
     if (now_ns < f.dormant_until_ns || (!full && f.entry == kAbsent)) continue;
-    const bool ok = full || f.entry < 0 ? read_full(f, uuid, now_ns, window_ns) : read_entry(f, uuid, now_ns, window_ns);
+    const bool ok =
+        full || f.entry < 0 ? read_full(f, uuid, now_ns, window_ns) : read_entry(f, uuid, now_ns, window_ns);
     if (!ok) continue;
-    if (!f.last.active && !f.last.wanting && f.last.window_received_ns == 0 && !joined_within(f.last, now_ns, window_ns)) {
+    if (!f.last.active && !f.last.wanting && f.last.window_received_ns == 0 &&
+        !joined_within(f.last, now_ns, window_ns)) {
       f.dormant_until_ns = now_ns + kDormantNs;
       continue;  // it asks for nothing: the policy need not know it
     }

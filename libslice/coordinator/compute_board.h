@@ -80,14 +80,14 @@ class ComputeBoard {
   struct File {
     std::string name;
     int fd = -1;
-    ino_t inode = 0;          // a file of that name made anew (slicectl rm, then a new process) is opened again
-    int entry = -1;           // its device entry for the GPU last asked about (-1: look for it, -2: none)
+    ino_t inode = 0;  // a file of that name made anew (slicectl rm, then a new process) is opened again
+    int entry = -1;   // its device entry for the GPU last asked about (-1: look for it, -2: none)
     // Its history as of the last full read (aligned for the atomics loaded from it).
     alignas(ReceivedHistory) std::array<unsigned char, sizeof(ReceivedHistory)> history{};
     bool has_history = false;
-    TenantCompute last;       // as of the last full read
+    TenantCompute last;                  // as of the last full read
     std::uint64_t dormant_until_ns = 0;  // idle with nothing received lately: not read again before
-    void* page = nullptr;     // read-only mapping of the page at `page_offset` (turn_seq words)
+    void* page = nullptr;                // read-only mapping of the page at `page_offset` (turn_seq words)
     off_t page_offset = -1;
   };
   static void unmap(File& f);

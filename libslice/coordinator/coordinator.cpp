@@ -43,7 +43,8 @@ Limits limits_of(const JoinRequest& r, const std::vector<int>& entries) {
   for (std::size_t i = 0; i < r.devices.size(); ++i)
     l.memory_bytes[entries[i]] = cap_on(r.devices[i].memory, r.devices[i].total_bytes);
   l.compute_share = r.compute_share;
-  for (std::size_t i = 0; i < r.devices.size(); ++i) l.compute_shares[entries[i]] = r.devices[i].compute_share.value_or(0);
+  for (std::size_t i = 0; i < r.devices.size(); ++i)
+    l.compute_shares[entries[i]] = r.devices[i].compute_share.value_or(0);
   l.compute_limit = r.compute_limit;
   l.priority = stored_priority(r.priority);
   return l;
@@ -94,7 +95,8 @@ bool Coordinator::claim_slot(std::string& error) {
       slot_ = i;
       // What a dead owner may have left mid-change: changes under way it never finished would stall
       // every recount, and a recount it never finished would look like ours (slot + 1).
-      for (SlotDevice& sd : s.devices) sd.flight.store(0), sd.compute.store(0), sd.overhead.store(0), sd.reconciled.store(0);
+      for (SlotDevice& sd : s.devices)
+        sd.flight.store(0), sd.compute.store(0), sd.overhead.store(0), sd.reconciled.store(0);
       // IPC exports a dead owner of this slot left would read as ours.
       for (auto& e : f.ipc_exports)
         if (std::uint64_t v = e.load(); v != 0 && static_cast<int>(v & 0x7FF) - 1 == i) e.compare_exchange_strong(v, 0);
@@ -262,8 +264,8 @@ void Coordinator::reread_policy() {
     // The share: the administrator's, else what was registered for this GPU, else for all.
     const std::uint32_t per_gpu = f.header.registered.compute_shares[entries_[i]];
     const std::uint32_t share = have && p.compute_share ? *p.compute_share
-                                : per_gpu != 0             ? per_gpu
-                                                           : f.header.registered.compute_share;
+                                : per_gpu != 0          ? per_gpu
+                                                        : f.header.registered.compute_share;
     compute_shares_[i].store(valid_percent(share));
   }
   policy_generation_.store(generation, std::memory_order_release);
@@ -298,7 +300,7 @@ bool Coordinator::reserve(int device, std::uint64_t bytes, Refusal* why) {
   }
   // One coarse clock read for both the policy's look-up (without a policy folder) and metering.
   const std::uint64_t now = coarse_monotonic_ns();
-  refresh_policy(now);  // one load unless an administrator changed a policy
+  refresh_policy(now);                                     // one load unless an administrator changed a policy
   if (left_.load(std::memory_order_relaxed)) return true;  // exiting: the slot is gone, nothing is charged
   return ledger_->reserve(entries_[device], bytes, caps_[device].load(std::memory_order_relaxed), why, now);
 }
@@ -337,8 +339,8 @@ bool Coordinator::note_ipc_export(std::uint64_t digest) {
     std::uint64_t seen = e.load();
     const int owner = static_cast<int>(seen & 0x7FF) - 1;
     // Free: empty, or left by a process that is gone. Never another export that is still live.
-    const bool free = seen == 0 || owner < 0 || owner >= kMaxProcesses ||
-                      (owner != slot_ && !tenant_->slot_held_by_other(owner));
+    const bool free =
+        seen == 0 || owner < 0 || owner >= kMaxProcesses || (owner != slot_ && !tenant_->slot_held_by_other(owner));
     if (free && e.compare_exchange_strong(seen, mine)) return true;
   }
   return false;  // full around its home: an open of it is charged once more (safe, never less)
@@ -397,12 +399,13 @@ void Coordinator::publish_compute(int device, std::uint32_t flags, bool check_li
   const int limit = check_liveness ? kMaxProcesses : compute_scan_limit_.load(std::memory_order_relaxed);
   int highest = slot_;
   for (int i = 0; i < limit; ++i) {
-    if (check_liveness && f.slots[i].state.load(std::memory_order_relaxed) == SlotState::live) highest = std::max(highest, i);
+    if (check_liveness && f.slots[i].state.load(std::memory_order_relaxed) == SlotState::live)
+      highest = std::max(highest, i);
     SlotDevice& sd = f.slots[i].devices[e];
     std::uint32_t bits = sd.compute.load(std::memory_order_relaxed);
     if (bits == 0) continue;
-    if (i != slot_ && (f.slots[i].state.load() != SlotState::live ||
-                       (check_liveness && !tenant_->slot_held_by_other(i)))) {
+    if (i != slot_ &&
+        (f.slots[i].state.load() != SlotState::live || (check_liveness && !tenant_->slot_held_by_other(i)))) {
       sd.compute.compare_exchange_strong(bits, 0);  // its process is gone
       continue;
     }
@@ -449,8 +452,10 @@ void Coordinator::set_overhead(int device, std::uint64_t bytes, bool measurable)
     return;
   }
   const std::uint64_t old = sd.overhead.load(std::memory_order_relaxed);
-  if (bytes > old) ledger_->add_unchecked(entries_[device], bytes - old);
-  else if (bytes < old) ledger_->release(entries_[device], old - bytes);
+  if (bytes > old)
+    ledger_->add_unchecked(entries_[device], bytes - old);
+  else if (bytes < old)
+    ledger_->release(entries_[device], old - bytes);
   sd.overhead.store(bytes, std::memory_order_relaxed);
   sd.reconciled.store(kReconciledMeasured, std::memory_order_relaxed);
 }

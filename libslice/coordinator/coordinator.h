@@ -26,7 +26,7 @@ struct DeviceInfo {
   Uuid uuid{};
   std::string name;
   std::uint64_t total_bytes = 0;
-  std::optional<MemoryLimit> memory;  // this process's wish for this device
+  std::optional<MemoryLimit> memory;           // this process's wish for this device
   std::optional<std::uint32_t> compute_share;  // ... and its share there, where it differs from the request's
 };
 
@@ -45,7 +45,7 @@ class Coordinator {
   // Joins; on failure returns nullptr and a message that says what to fix. `warnings` receives
   // lines such as a later process bringing other limits than the tenant registered.
   static std::unique_ptr<Coordinator> join(const JoinRequest& request, std::string& error,
-                                            std::vector<std::string>& warnings);
+                                           std::vector<std::string>& warnings);
   ~Coordinator();  // gives back this process's memory and slot
   // The same, leaving the object in place, for a process that exits while other threads may still
   // call in: from then on allocations go through uncharged (the process is going away) and caps
@@ -60,7 +60,7 @@ class Coordinator {
   // more than asked): usage that leaves it out would lie, and later requests are refused instead.
   // Never fails: a later release of these bytes must find them.
   void charge_unchecked(int device, std::uint64_t bytes);
-  std::uint64_t cap(int device);         // kNoLimit when none
+  std::uint64_t cap(int device);          // kNoLimit when none
   std::uint64_t usage(int device) const;  // the tenant's, on that device
   std::uint64_t mine(int device) const;   // this process's part of it
   // Reconciliation (shim/reconcile.cpp): what the driver holds for this process beyond what was
@@ -118,7 +118,7 @@ class Coordinator {
   void publish_compute_locked_out(int device);  // this process leaving: its flags gone, counts without it
   int entry_for(const DeviceInfo& d, std::string& error);
   void refresh_policy(std::uint64_t now_ns = 0);  // `now_ns`: coarse_monotonic_ns(), if the caller has it
-  [[gnu::noinline]] void reread_policy();          // refresh_policy's work, when the generation changed
+  [[gnu::noinline]] void reread_policy();         // refresh_policy's work, when the generation changed
 
   std::unique_ptr<TenantFileHandle> tenant_;
   std::unique_ptr<MemoryLedger> ledger_;
@@ -126,24 +126,24 @@ class Coordinator {
   std::string dir_;
   std::string policy_dir_;
   int slot_ = -1;
-  std::vector<int> entries_;      // JoinRequest device index -> tenant file device entry
+  std::vector<int> entries_;  // JoinRequest device index -> tenant file device entry
   // Effective cap per JoinRequest device, and compute settings: read by any thread, rewritten under
   // policy_mu_ when an administrator's policy changed.
   std::unique_ptr<std::atomic<std::uint64_t>[]> caps_;
   std::size_t cap_count_ = 0;
-  std::vector<std::uint64_t> device_totals_;  // as the driver reported them
-  std::vector<Uuid> device_uuids_;            // likewise
+  std::vector<std::uint64_t> device_totals_;                      // as the driver reported them
+  std::vector<Uuid> device_uuids_;                                // likewise
   std::unique_ptr<std::atomic<std::uint32_t>[]> compute_shares_;  // per JoinRequest device
   std::atomic<std::uint32_t> compute_limit_{100}, compute_priority_{0};
-  bool stale_slot_ = false;          // our slot was a dead process's
+  bool stale_slot_ = false;  // our slot was a dead process's
   // In a child made by fork: the parent's slot is not ours, so nothing is charged or published and
   // reserve refuses. Set by the fork handler (on_fork_child).
   std::atomic<bool> forked_{false};
   static void on_fork_child();
   std::mutex policy_mu_;
   std::atomic<std::uint64_t> policy_generation_{0};
-  std::atomic<bool> policy_read_{false};  // a planted counter must never make the first read look done
-  std::atomic<bool> left_{false};         // leave() ran: nothing is charged any more
+  std::atomic<bool> policy_read_{false};                // a planted counter must never make the first read look done
+  std::atomic<bool> left_{false};                       // leave() ran: nothing is charged any more
   std::atomic<int> compute_scan_limit_{kMaxProcesses};  // slots publish_compute looks at (highest in use + 1)
 };
 

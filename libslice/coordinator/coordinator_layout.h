@@ -27,13 +27,13 @@ constexpr std::uint32_t kTenantMagic = 0x544c4353;  // "SCLT"
 // 2: IPC exports, compute; 3: usage records; 4: 4096 IPC exports, withdrawn at free; overhead;
 // 5: DeviceEntry::turn_seq
 constexpr std::uint32_t kTenantVersion = 5;
-constexpr int kMaxDevices = 16;           // distinct GPUs (by UUID) a tenant can use
-constexpr int kMaxProcesses = 1024;       // process slots per tenant
-constexpr int kMaxTenants = 256;          // the scale the tests hold one GPU to (scale_test); not a limit
+constexpr int kMaxDevices = 16;      // distinct GPUs (by UUID) a tenant can use
+constexpr int kMaxProcesses = 1024;  // process slots per tenant
+constexpr int kMaxTenants = 256;     // the scale the tests hold one GPU to (scale_test); not a limit
 constexpr int kTenantNameMax = static_cast<int>(kMaxTenantNameLength);  // also a file name
 constexpr int kDeviceNameMax = 95;
-constexpr int kIpcExports = 4096;        // remembered CUDA IPC exports per tenant (see TenantFile)
-constexpr int kIpcProbe = 64;            // entries an export may take, from its digest's home on
+constexpr int kIpcExports = 4096;  // remembered CUDA IPC exports per tenant (see TenantFile)
+constexpr int kIpcProbe = 64;      // entries an export may take, from its digest's home on
 constexpr std::uint64_t kNoLimit = ~0ull;
 
 // A share or limit as read from a tenant file, which its own processes may have written anything
@@ -55,9 +55,7 @@ struct Limits {
 };
 
 // Priorities as the files store them: never renumber.
-constexpr std::uint32_t stored_priority(Priority p) {
-  return p == Priority::high ? 1 : p == Priority::low ? 2 : 0;
-}
+constexpr std::uint32_t stored_priority(Priority p) { return p == Priority::high ? 1 : p == Priority::low ? 2 : 0; }
 constexpr Priority priority_from_stored(std::uint32_t v) {
   return v == 1 ? Priority::high : v == 2 ? Priority::low : Priority::normal;
 }
@@ -76,7 +74,7 @@ struct DeviceEntry {
   // Compute: written by the tenant's own processes, read by every process on the GPU (with pread,
   // never loaded through a mapping: a file its tenant truncated must not fault a reader; turn_seq
   // is also waited on through one, where only the kernel reads it: futex.h).
-  std::atomic<std::uint64_t> received_ns;       // device time the tenant received here, cumulative
+  std::atomic<std::uint64_t> received_ns;  // device time the tenant received here, cumulative
   // Its live processes with work on this GPU now / with work held back by libslice: counted from
   // the slots' compute flags by the tenant's own watchers, so a process that dies drops out.
   std::atomic<std::uint32_t> active_processes;
@@ -141,14 +139,14 @@ struct UsageSample {
 };
 struct UsageRecord {
   MemoryMeter memory;
-  std::atomic<std::uint64_t> newest_step;  // wall seconds / kUsageStepSeconds of the newest sample; 0: none
+  std::atomic<std::uint64_t> newest_step;    // wall seconds / kUsageStepSeconds of the newest sample; 0: none
   std::atomic<std::uint64_t> first_wall_ms;  // when the first sample was taken: the record's start
-  UsageSample samples[kUsageSamples];     // the sample of step s at [s % kUsageSamples]
+  UsageSample samples[kUsageSamples];        // the sample of step s at [s % kUsageSamples]
 };
 
 // Samples of a tenant's received_ns on one device, one per kHistoryStepNs, for `slicectl status`
 // (the share received over the last second and ten seconds, measured as the scheduler measures it).
-constexpr int kHistorySamples = 48;                         // 12 s at 250 ms
+constexpr int kHistorySamples = 48;  // 12 s at 250 ms
 constexpr std::uint64_t kHistoryStepNs = 250'000'000;
 struct ReceivedHistory {
   std::atomic<std::uint64_t> step;                       // index of the newest sample's step (at / kHistoryStepNs)
@@ -160,9 +158,9 @@ struct ReceivedHistory {
 };
 
 struct SlotDevice {
-  std::atomic<std::uint64_t> used;    // what this process holds on the device
-  std::atomic<std::uint64_t> flight;  // changes under way (by any thread): `used` and the tenant's total
-  std::atomic<std::uint32_t> compute; // kSlotActive | kSlotWanting: what this process's watcher saw last
+  std::atomic<std::uint64_t> used;        // what this process holds on the device
+  std::atomic<std::uint64_t> flight;      // changes under way (by any thread): `used` and the tenant's total
+  std::atomic<std::uint32_t> compute;     // kSlotActive | kSlotWanting: what this process's watcher saw last
   std::atomic<std::uint32_t> reconciled;  // kReconciled*: whether `overhead` below was measured
   // Monotonic time up to which `used` is integrated into the tenant's MemoryMeter (0: not yet).
   // Claimed by compare-and-swap, by the process before each change of `used` and by a sampler.
@@ -175,8 +173,8 @@ struct SlotDevice {
 constexpr std::uint32_t kReconciledNever = 0;         // not compared with the driver's figure yet
 constexpr std::uint32_t kReconciledMeasured = 1;      // `overhead` is the last comparison's
 constexpr std::uint32_t kReconciledUnmeasurable = 2;  // NVML cannot see this process (a PID namespace)
-constexpr std::uint32_t kSlotActive = 1;   // has work on the device
-constexpr std::uint32_t kSlotWanting = 2;  // has work held back by libslice
+constexpr std::uint32_t kSlotActive = 1;              // has work on the device
+constexpr std::uint32_t kSlotWanting = 2;             // has work held back by libslice
 
 enum class SlotState : std::uint32_t { free = 0, live = 1 };
 

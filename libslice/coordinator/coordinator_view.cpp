@@ -24,7 +24,8 @@ constexpr std::uint64_t kSecondNs = 1'000'000'000;
 std::string bounded(const char* s, std::size_t cap) { return std::string(s, strnlen(s, cap)); }
 
 // `now_ns`: when the snapshot `h` was taken (the monotonic clock, as the scheduler's).
-TenantView view_of(const std::string& policy_dir, const TenantFileHandle& h, std::uint64_t now_ns, std::uint64_t wall_ms) {
+TenantView view_of(const std::string& policy_dir, const TenantFileHandle& h, std::uint64_t now_ns,
+                   std::uint64_t wall_ms) {
   const TenantFile& f = h.file();
   TenantView v;
   v.name = h.name();
@@ -168,7 +169,8 @@ int reap_tenant(const std::string& dir, const std::string& tenant, std::string& 
         ++reaped;
       }
       h->unlock_slot(i);
-      if (reaped < 0) error = "tenant '" + tenant + "': a recount is already under way, or a process is stopped mid-change";
+      if (reaped < 0)
+        error = "tenant '" + tenant + "': a recount is already under way, or a process is stopped mid-change";
       return reaped;
     }
   }

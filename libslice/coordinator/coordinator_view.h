@@ -30,7 +30,7 @@ struct TenantGpuView {
   std::string uuid;  // "GPU-..."
   std::string name;
   std::uint64_t total_bytes = 0;
-  std::uint64_t used_bytes = 0;     // the tenant's, from its live processes
+  std::uint64_t used_bytes = 0;      // the tenant's, from its live processes
   std::uint64_t overhead_bytes = 0;  // of used_bytes: reconciled overhead (ProcessView::memory_overhead)
   // measured when any live process measured it; unmeasurable when all that tried could not.
   Reconciled reconciled = Reconciled::never;
@@ -56,14 +56,16 @@ struct TenantGpuView {
   std::uint64_t usage_started_ms = 0;
   std::vector<UsagePoint> usage_samples;
   // The totals above as a point of the history (at TenantView::read_wall_ms).
-  UsagePoint usage_now(std::uint64_t read_wall_ms) const { return {read_wall_ms, device_ns_total, memory_byte_seconds_total}; }
+  UsagePoint usage_now(std::uint64_t read_wall_ms) const {
+    return {read_wall_ms, device_ns_total, memory_byte_seconds_total};
+  }
 };
 
 struct TenantView {
   std::string name;
   bool readable = true;
-  std::string problem;   // why it could not be read, when !readable
-  bool policy = false;   // limits come from an administrator's policy
+  std::string problem;         // why it could not be read, when !readable
+  bool policy = false;         // limits come from an administrator's policy
   std::string policy_problem;  // why a policy file that exists is ignored (untrusted or invalid)
   // Effective compute settings, as the scheduler takes them (Coordinator::compute(), which its
   // processes publish per GPU): the policy's, else what the tenant registered, else the defaults.
@@ -73,8 +75,8 @@ struct TenantView {
   std::uint32_t compute_limit = 100;
   std::vector<TenantGpuView> gpus;
   std::vector<ProcessView> processes;  // live ones only
-  int dead_processes = 0;             // slots whose process died and that no one has reaped yet
-  std::uint64_t read_wall_ms = 0;     // when the file was read (wall clock, ms since the epoch)
+  int dead_processes = 0;              // slots whose process died and that no one has reaped yet
+  std::uint64_t read_wall_ms = 0;      // when the file was read (wall clock, ms since the epoch)
 };
 
 // The share of a window's device time received over it, as the compute scheduler measures it:
@@ -83,8 +85,8 @@ struct TenantView {
 std::optional<double> compute_used(const ReceivedHistory& history, std::uint64_t received_ns, std::uint64_t now_ns,
                                    std::uint64_t window_ns);
 
-// Reads every tenant of the coordinator (with the policies of `policy_dir`). `error` is set (and the result empty) only when the folder
-// itself cannot be read.
+// Reads every tenant of the coordinator (with the policies of `policy_dir`). `error` is set (and the result empty) only
+// when the folder itself cannot be read.
 std::vector<TenantView> read_coordinator(const std::string& dir, const std::string& policy_dir, std::string& error);
 
 // Reaps the dead processes of one tenant (needs write access: root, or the tenant's own user).

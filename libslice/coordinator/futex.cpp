@@ -14,7 +14,8 @@ static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t), "a fu
 
 WaitResult futex_wait(const std::atomic<std::uint32_t>* word, std::uint32_t expected, std::uint64_t timeout_ns,
                       bool shared) {
-  const timespec timeout{static_cast<time_t>(timeout_ns / 1'000'000'000), static_cast<long>(timeout_ns % 1'000'000'000)};
+  const timespec timeout{static_cast<time_t>(timeout_ns / 1'000'000'000),
+                         static_cast<long>(timeout_ns % 1'000'000'000)};
   const long rc = syscall(SYS_futex, word, shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE, expected, &timeout, nullptr, 0);
   if (rc == 0) return WaitResult::changed;
   if (errno == ETIMEDOUT) return WaitResult::timed_out;

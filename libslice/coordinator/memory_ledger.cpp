@@ -48,8 +48,8 @@ bool MemoryLedger::wait_for_recount(std::uint64_t deadline) {
   for (std::uint32_t o; (o = owner.load()) != 0;) {
     // A recounter that died leaves the flag set: a recount is idempotent, so just clear it. A live
     // one (another thread of ours too) is never robbed of it: its totals would overwrite ours.
-    const bool alive = o <= kMaxProcesses &&
-                       (o - 1 == static_cast<std::uint32_t>(slot_) || tenant_.slot_held_by_other(static_cast<int>(o - 1)));
+    const bool alive = o <= kMaxProcesses && (o - 1 == static_cast<std::uint32_t>(slot_) ||
+                                              tenant_.slot_held_by_other(static_cast<int>(o - 1)));
     if (!alive) {
       owner.compare_exchange_strong(o, 0);
       continue;
@@ -64,7 +64,8 @@ bool MemoryLedger::reserve(int device, std::uint64_t bytes, std::uint64_t cap, R
   // The common case in one pass: no recount under way, and the bytes fit. No clock is read but the
   // coarse one for metering, and that only when the caller has not.
   if (begin_change(device)) {
-    meter_before_change(tenant_, slot_, device, now_ns != 0 ? now_ns : coarse_monotonic_ns());  // the memory held until now, charged
+    meter_before_change(tenant_, slot_, device,
+                        now_ns != 0 ? now_ns : coarse_monotonic_ns());  // the memory held until now, charged
     DeviceEntry& d = tenant_.file().devices[device];
     std::uint64_t used = d.used.load();
     while (used <= cap && bytes <= cap - used) {
@@ -218,8 +219,6 @@ int MemoryLedger::recount() {
 }
 
 std::uint64_t MemoryLedger::usage(int device) const { return tenant_.file().devices[device].used.load(); }
-std::uint64_t MemoryLedger::mine(int device) const {
-  return tenant_.file().slots[slot_].devices[device].used.load();
-}
+std::uint64_t MemoryLedger::mine(int device) const { return tenant_.file().slots[slot_].devices[device].used.load(); }
 
 }  // namespace slice

@@ -34,7 +34,8 @@ bool policy_folder_trusted(const std::string& policy_dir, std::string& message) 
     message = policy_dir + " is not a folder that belongs to root and that nobody else may write";
     return false;
   }
-  for (std::size_t end = policy_dir.rfind('/'); end != std::string::npos && end > 0; end = policy_dir.rfind('/', end - 1)) {
+  for (std::size_t end = policy_dir.rfind('/'); end != std::string::npos && end > 0;
+       end = policy_dir.rfind('/', end - 1)) {
     const std::string parent = policy_dir.substr(0, end);
     if (stat(parent.c_str(), &st) != 0 || st.st_uid != 0 ||
         ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)) {
@@ -53,7 +54,8 @@ bool coordinator_trusted(const std::string& dir, std::string& message) {
     struct stat st {};
     if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
         ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)) {
-      message = path + " is not a folder that belongs to root (sticky where others may write): root's tenant "
+      message = path +
+                " is not a folder that belongs to root (sticky where others may write): root's tenant "
                 "files there could be replaced; have root make the coordinator folder (slicectl prepare)";
       return false;
     }
@@ -338,14 +340,16 @@ bool prepare_machine(const std::string& dir, const std::string& policy_dir, std:
       problems.push_back("tenant '" + tenant + "': " + message);
       continue;
     }
-    done.push_back("tenant '" + tenant + "': live file ready" +
-                   (policy.group ? ", writable by group " + std::to_string(*policy.group) : std::string(", root's alone")));
+    done.push_back(
+        "tenant '" + tenant + "': live file ready" +
+        (policy.group ? ", writable by group " + std::to_string(*policy.group) : std::string(", root's alone")));
   }
   return true;
 }
 
 PolicyWatcher::~PolicyWatcher() {
-  if (const auto* counter = counter_.load()) munmap(const_cast<std::atomic<std::uint64_t>*>(counter), sizeof(std::uint64_t));
+  if (const auto* counter = counter_.load())
+    munmap(const_cast<std::atomic<std::uint64_t>*>(counter), sizeof(std::uint64_t));
 }
 
 void PolicyWatcher::open(const std::string& policy_dir) { policy_dir_ = policy_dir; }
@@ -356,7 +360,8 @@ std::uint64_t PolicyWatcher::look(std::uint64_t now_ns) {
   if (now < next_look_ns_.load(std::memory_order_relaxed)) return 0;
   std::unique_lock<std::mutex> lock(look_mu_, std::try_to_lock);
   if (!lock.owns_lock()) return 0;  // another thread is looking
-  if (const auto* counter = counter_.load(std::memory_order_acquire)) return counter->load(std::memory_order_acquire) + 1;
+  if (const auto* counter = counter_.load(std::memory_order_acquire))
+    return counter->load(std::memory_order_acquire) + 1;
   next_look_ns_.store(now + kLookAgainNs, std::memory_order_relaxed);
   // Mapped only when root's and nobody else's to write, in a trusted folder: a counter a tenant
   // planted could be truncated under every process's mapping (SIGBUS), or lie.
@@ -366,7 +371,8 @@ std::uint64_t PolicyWatcher::look(std::uint64_t now_ns) {
   if (fd < 0) return 0;
   struct stat st {};
   void* p = MAP_FAILED;
-  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && trusted(st) && st.st_size >= static_cast<off_t>(sizeof(std::uint64_t)))
+  if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && trusted(st) &&
+      st.st_size >= static_cast<off_t>(sizeof(std::uint64_t)))
     p = mmap(nullptr, sizeof(std::uint64_t), PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (p == MAP_FAILED) return 0;

@@ -83,7 +83,6 @@ bool prepare_policy_folder(const std::string& policy_dir, std::string& error);
 bool prepare_machine(const std::string& dir, const std::string& policy_dir, std::vector<std::string>& done,
                      std::vector<std::string>& problems, std::string& error);
 
-
 // The policy generation counter, mapped read-only: reading it costs one load.
 class PolicyWatcher {
  public:
@@ -93,8 +92,10 @@ class PolicyWatcher {
   // clock: `now_ns` where the caller has read it, else read here). Safe from any thread. One load
   // when the folder is there; two when it is not, but for the look once a second.
   std::uint64_t generation(std::uint64_t now_ns = 0) {
-    if (const auto* counter = counter_.load(std::memory_order_acquire)) return counter->load(std::memory_order_acquire) + 1;
-    if (now_ns != 0 && now_ns < next_look_ns_.load(std::memory_order_relaxed)) return 0;  // looked less than a second ago
+    if (const auto* counter = counter_.load(std::memory_order_acquire))
+      return counter->load(std::memory_order_acquire) + 1;
+    if (now_ns != 0 && now_ns < next_look_ns_.load(std::memory_order_relaxed))
+      return 0;  // looked less than a second ago
     return look(now_ns);
   }
 

@@ -12,11 +12,16 @@ std::uint64_t normalized(const TenantLoad& t) { return t.received_ns * 100 / std
 
 std::string_view to_string(Verdict v) {
   switch (v) {
-    case Verdict::run: return "run";
-    case Verdict::hold_for_limit: return "hold (limit)";
-    case Verdict::hold_for_priority: return "hold (priority)";
-    case Verdict::hold_for_share: return "hold (share)";
-    case Verdict::hold_for_turn: return "hold (turn)";
+    case Verdict::run:
+      return "run";
+    case Verdict::hold_for_limit:
+      return "hold (limit)";
+    case Verdict::hold_for_priority:
+      return "hold (priority)";
+    case Verdict::hold_for_share:
+      return "hold (share)";
+    case Verdict::hold_for_turn:
+      return "hold (turn)";
   }
   return "?";
 }
@@ -36,7 +41,8 @@ Verdict SharePolicy::decide(const TenantLoad& me, std::span<const TenantLoad> ot
     if (!o.wants || priority_rank(o.priority) != mine) continue;
     // A tenant at (or within the hysteresis of) its own limit does not want time it may not take:
     // never wait for it, or turns would change at every kernel around its limit.
-    if (o.limit < 100 && (o.received_ns + hysteresis_ns) * 100 > static_cast<std::uint64_t>(o.limit) * window_ns) continue;
+    if (o.limit < 100 && (o.received_ns + hysteresis_ns) * 100 > static_cast<std::uint64_t>(o.limit) * window_ns)
+      continue;
     if (me_n > normalized(o) + hysteresis_ns) return Verdict::hold_for_share;
   }
   if (!me.active)
@@ -46,8 +52,7 @@ Verdict SharePolicy::decide(const TenantLoad& me, std::span<const TenantLoad> ot
 }
 
 void DeviceTimeEstimator::step(std::uint64_t now_ns, bool active_here, unsigned active_total) {
-  if (started_ && now_ns > last_ns_ && active_here)
-    received_ns_ += (now_ns - last_ns_) / std::max(active_total, 1u);
+  if (started_ && now_ns > last_ns_ && active_here) received_ns_ += (now_ns - last_ns_) / std::max(active_total, 1u);
   started_ = true;
   last_ns_ = now_ns;
 }

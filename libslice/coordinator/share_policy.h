@@ -30,12 +30,12 @@
 namespace slice {
 
 struct TenantLoad {
-  std::uint32_t share = 100;       // percent, 1-100 (SLICE_COMPUTE_SHARE)
-  std::uint32_t limit = 100;       // percent, 1-100 (SLICE_COMPUTE_LIMIT)
+  std::uint32_t share = 100;  // percent, 1-100 (SLICE_COMPUTE_SHARE)
+  std::uint32_t limit = 100;  // percent, 1-100 (SLICE_COMPUTE_LIMIT)
   Priority priority = Priority::normal;
-  std::uint64_t received_ns = 0;   // device time received over the window
-  bool wants = false;              // has work on the device, or held back
-  bool active = false;             // has work on the device now
+  std::uint64_t received_ns = 0;  // device time received over the window
+  bool wants = false;             // has work on the device, or held back
+  bool active = false;            // has work on the device now
 };
 
 enum class Verdict { run, hold_for_limit, hold_for_priority, hold_for_share, hold_for_turn };

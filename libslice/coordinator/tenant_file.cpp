@@ -142,8 +142,7 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
   // a check and this open must never send root's writes into another folder.
   int fd = -1;
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  const int tenants_fd =
-      dir_fd < 0 ? -1 : ::openat(dir_fd, "tenants", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int tenants_fd = dir_fd < 0 ? -1 : ::openat(dir_fd, "tenants", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (tenants_fd >= 0) fd = ::openat(tenants_fd, name.c_str(), flags, 0644);
   const int open_errno = errno;
   if (tenants_fd >= 0) close(tenants_fd);
@@ -186,7 +185,7 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
     return nullptr;
   }
   // From here the file is checked before it is mapped: a short or foreign file is never read.
-  TenantHeader header {};
+  TenantHeader header{};
   const bool header_read = st.st_size >= static_cast<off_t>(sizeof header) &&
                            pread(fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
   bool valid = st.st_size == static_cast<off_t>(sizeof(TenantFile)) && header_read && header_valid(header, name);
@@ -227,7 +226,7 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
   }
   if (mode == Mode::snapshot) {
     // Read once into our own memory; a file that shrank meanwhile is reported, never faulted on.
-    void* copy = ::operator new(sizeof(TenantFile), std::align_val_t{alignof(TenantFile)});
+    void* copy = ::operator new (sizeof(TenantFile), std::align_val_t{alignof(TenantFile)});
     h->file_ = static_cast<TenantFile*>(copy);
     h->copied_ = true;
     // The usage records first, the rest after: a process that integrates its memory meanwhile is
@@ -257,8 +256,10 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
 }
 
 TenantFileHandle::~TenantFileHandle() {
-  if (file_ && copied_) ::operator delete(file_, std::align_val_t{alignof(TenantFile)});
-  else if (file_) munmap(file_, sizeof(TenantFile));
+  if (file_ && copied_)
+    ::operator delete (file_, std::align_val_t{alignof(TenantFile)});
+  else if (file_)
+    munmap(file_, sizeof(TenantFile));
   if (fd_ >= 0) close(fd_);
 }
 

@@ -28,7 +28,8 @@ std::vector<UsagePoint> usage_samples(const UsageRecord& record, const UsagePoin
   std::vector<UsagePoint> kept;
   for (const UsagePoint& p : found) {
     if (p.device_ns > now.device_ns || p.memory_byte_seconds > now.memory_byte_seconds) continue;
-    if (!kept.empty() && (p.device_ns < kept.back().device_ns || p.memory_byte_seconds < kept.back().memory_byte_seconds))
+    if (!kept.empty() &&
+        (p.device_ns < kept.back().device_ns || p.memory_byte_seconds < kept.back().memory_byte_seconds))
       continue;
     kept.push_back(p);
   }

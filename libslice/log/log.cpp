@@ -42,11 +42,16 @@ std::int64_t now_ns() noexcept {
 
 spdlog::level::level_enum spdlog_level(LogLevel level) {
   switch (level) {
-    case LogLevel::trace: return spdlog::level::trace;
-    case LogLevel::debug: return spdlog::level::debug;
-    case LogLevel::info: return spdlog::level::info;
-    case LogLevel::warn: return spdlog::level::warn;
-    default: return spdlog::level::err;
+    case LogLevel::trace:
+      return spdlog::level::trace;
+    case LogLevel::debug:
+      return spdlog::level::debug;
+    case LogLevel::info:
+      return spdlog::level::info;
+    case LogLevel::warn:
+      return spdlog::level::warn;
+    default:
+      return spdlog::level::err;
   }
 }
 
@@ -82,8 +87,8 @@ void write_pending_repeats() noexcept {
 
 Logging& logging() {
   static Logging* made = [] {
-    auto* l = new Logging();  // leaked on purpose: see Logging
-    l->logger.set_level(spdlog::level::trace);  // the level is ours (enabled()), checked before spdlog
+    auto* l = new Logging();                                 // leaked on purpose: see Logging
+    l->logger.set_level(spdlog::level::trace);               // the level is ours (enabled()), checked before spdlog
     l->logger.set_error_handler([](const std::string&) {});  // a failing log never disturbs the application
     g_logging = l;
     pthread_atfork(lock_before_fork, unlock_in_parent, unlock_in_child);
@@ -114,8 +119,7 @@ void configure(LogLevel level, std::string_view file) {
 }
 
 bool enabled(LogLevel level) noexcept {
-  return level != LogLevel::off &&
-         static_cast<int>(level) <= g_level.load(std::memory_order_relaxed);
+  return level != LogLevel::off && static_cast<int>(level) <= g_level.load(std::memory_order_relaxed);
 }
 
 int destination_fd() noexcept { return g_fd.load(std::memory_order_relaxed); }

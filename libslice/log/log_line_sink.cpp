@@ -21,11 +21,16 @@ class LevelWord final : public spdlog::custom_flag_formatter {
  private:
   static LogLevel level_of(spdlog::level::level_enum level) {
     switch (level) {
-      case spdlog::level::trace: return LogLevel::trace;
-      case spdlog::level::debug: return LogLevel::debug;
-      case spdlog::level::info: return LogLevel::info;
-      case spdlog::level::warn: return LogLevel::warn;
-      default: return LogLevel::error;
+      case spdlog::level::trace:
+        return LogLevel::trace;
+      case spdlog::level::debug:
+        return LogLevel::debug;
+      case spdlog::level::info:
+        return LogLevel::info;
+      case spdlog::level::warn:
+        return LogLevel::warn;
+      default:
+        return LogLevel::error;
     }
   }
 };

@@ -27,9 +27,9 @@ struct RepeatSummary {
 
 class RepeatFilter {
  public:
-  static constexpr unsigned kBurst = 10;                        // lines per window written as they come
-  static constexpr std::int64_t kWindowNs = 10'000'000'000;     // 10 s
-  static constexpr std::size_t kTracked = 64;                   // distinct lines remembered at once
+  static constexpr unsigned kBurst = 10;                     // lines per window written as they come
+  static constexpr std::int64_t kWindowNs = 10'000'000'000;  // 10 s
+  static constexpr std::size_t kTracked = 64;                // distinct lines remembered at once
 
   // Whether this line is to be written now. Summaries that are due (closed windows, a line
   // forgotten to make room) are appended to `due`, to be written before it.

@@ -83,7 +83,7 @@ Figures run(const std::string& root, int tenants) {
     const std::uint64_t now = start + static_cast<std::uint64_t>(i) * kMs;
     slice::DeviceEntry& holder = members[1]->device_entry(0);
     holder.active_heartbeat_ns.store(now);  // the holder keeps its heartbeat fresh, as its watcher does
-    const bool change = i % 20 == 0;         // a change of turns every 20 ms
+    const bool change = i % 20 == 0;        // a change of turns every 20 ms
     if (change) holder.received_ns.fetch_add(20 * kMs);
     const auto t0 = Clock::now();
     board.read(gpu().uuid.data(), now, policy.window_ns, rows);

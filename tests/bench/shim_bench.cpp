@@ -52,10 +52,10 @@ const char* g_mode = "?";
   std::exit(1);
 }
 
-#define CHECK(call)                                     \
-  do {                                                  \
-    const CUresult r_ = (call);                         \
-    if (r_ != CUDA_SUCCESS) fail_call(#call, r_);       \
+#define CHECK(call)                               \
+  do {                                            \
+    const CUresult r_ = (call);                   \
+    if (r_ != CUDA_SUCCESS) fail_call(#call, r_); \
   } while (0)
 
 [[noreturn]] void fail_sys(const char* what) {

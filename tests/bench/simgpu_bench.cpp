@@ -14,13 +14,13 @@ const char kPtx[] =
     ".version 8.0\n.target sm_80\n.address_size 64\n"
     ".visible .entry spin(.param .u64 spin_param_0) { ret; }\n";
 
-#define CHECK(call)                                                          \
-  do {                                                                       \
-    CUresult r_ = (call);                                                    \
-    if (r_ != CUDA_SUCCESS) {                                                \
-      std::fprintf(stderr, "%s failed: %d\n", #call, static_cast<int>(r_));  \
-      std::exit(1);                                                          \
-    }                                                                        \
+#define CHECK(call)                                                         \
+  do {                                                                      \
+    CUresult r_ = (call);                                                   \
+    if (r_ != CUDA_SUCCESS) {                                               \
+      std::fprintf(stderr, "%s failed: %d\n", #call, static_cast<int>(r_)); \
+      std::exit(1);                                                         \
+    }                                                                       \
   } while (0)
 
 double now_ns() {

@@ -139,8 +139,8 @@ int main(int argc, char** argv) {
     // What join does before it claims a slot: prepare, open, take the initialisation lock; and what
     // the first process does while it writes the tenant's limits.
     if (!slice::prepare_coordinator_dir(request.dir, error)) return say("error " + error), 4;
-    auto tenant = slice::TenantFileHandle::open(request.dir, request.tenant,
-                                                slice::TenantFileHandle::Mode::create, error);
+    auto tenant =
+        slice::TenantFileHandle::open(request.dir, request.tenant, slice::TenantFileHandle::Mode::create, error);
     if (!tenant) return say("error " + error), 4;
     if (!tenant->lock_init(2'000'000'000ull)) return say("error init lock busy"), 4;
     std::uint32_t unregistered = 0;
@@ -190,8 +190,8 @@ int main(int argc, char** argv) {
       if (after - now > max_op_ns) max_op_ns = after - now;
       now = after;
     }
-    say("ops=" + std::to_string(ops) + " refused=" + std::to_string(refused) + " violations=" +
-        std::to_string(violations) + " max_op_us=" + std::to_string(max_op_ns / 1000));
+    say("ops=" + std::to_string(ops) + " refused=" + std::to_string(refused) +
+        " violations=" + std::to_string(violations) + " max_op_us=" + std::to_string(max_op_ns / 1000));
     return 0;
   } else if (command == "recount-loop" && number_arg(0, seconds)) {
     const std::uint64_t end = slice::monotonic_ns() + seconds * 1'000'000'000ull;

@@ -75,7 +75,8 @@ TEST_F(TenantFiles, BrokenFilesAreReportedAndRebuiltWhenUnused) {
       {"longer", invalid, resize(off_t{1} << 30)},
       {"empty", "is empty", resize(0)},
       {"wrong magic", invalid, put(std::uint32_t{0xdeadbeef}, offsetof(TenantHeader, magic))},
-      {"newer version", "was made by another libslice version (tenant file version", put(std::uint32_t{kTenantVersion + 1}, offsetof(TenantHeader, version))},
+      {"newer version", "was made by another libslice version (tenant file version",
+       put(std::uint32_t{kTenantVersion + 1}, offsetof(TenantHeader, version))},
       {"wrong size field", invalid, put(std::uint64_t{12}, offsetof(TenantHeader, file_size))},
       {"unterminated name", invalid,
        [&] {
@@ -159,7 +160,8 @@ TEST_F(TenantFiles, ALiveTenantsBrokenFileIsRefusedNotRebuilt) {
   const std::uint32_t older = kTenantVersion - 1;
   write_bytes("t", &older, 4, offsetof(TenantHeader, version));
   EXPECT_EQ(join("t", MemoryLimit::of_bytes(GiB), {0}, nullptr, &error), nullptr);
-  EXPECT_NE(error.find("another libslice version (tenant file version " + std::to_string(older) + "; this one reads"), std::string::npos)
+  EXPECT_NE(error.find("another libslice version (tenant file version " + std::to_string(older) + "; this one reads"),
+            std::string::npos)
       << error;
   EXPECT_EQ(read_bytes("t").substr(8), pristine.substr(8));
   write_bytes("t", pristine.data() + 4, 4, offsetof(TenantHeader, version));

@@ -67,9 +67,9 @@ std::set<std::string> entries(const std::string& folder) {
 // What a forked test child reports through its pipe.
 struct ForkReport {
   pid_t child = 0, grandchild = 0;
-  int grandchild_status = -1;       // in exit mode: its exit status (0: its reservation was refused)
+  int grandchild_status = -1;         // in exit mode: its exit status (0: its reservation was refused)
   std::uint64_t usage = 0, mine = 0;  // the child's view after the grandchild exited
-  int still_member = 0;             // the child can still reserve up to, and not past, its cap
+  int still_member = 0;               // the child can still reserve up to, and not past, its cap
 };
 
 // Processes the test forks itself, killed and reaped at the end. The test process adopts orphans (the
@@ -273,8 +273,8 @@ TEST_F(Hostile, ARootProcessDoesNotFollowATenantsLinkSwappedInDuringJoin) {
   const std::string secret = make_root_secret("shadow");
   const FileState before = file_state(secret);
   int attempts = 0, joined = 0;
-  ASSERT_NO_FATAL_FAILURE(race_tenants_link(
-      [&] { return join("shadow", MemoryLimit::of_bytes(GiB)) != nullptr; }, secret, attempts, joined));
+  ASSERT_NO_FATAL_FAILURE(race_tenants_link([&] { return join("shadow", MemoryLimit::of_bytes(GiB)) != nullptr; },
+                                            secret, attempts, joined));
   std::printf("%d joins tried under the swaps, %d done\n", attempts, joined);
   EXPECT_EQ(file_state(secret), before) << "root's file was rebuilt as a tenant file through the swapped-in link";
 }
@@ -317,9 +317,10 @@ TEST_F(Hostile, APlantedGenerationCounterNeitherCrashesNorMovesCaps) {
   NEEDS_USERS();
   ASSERT_NO_FATAL_FAILURE(coordinator_in_users_home());
   const std::string counter = policy_dir_ + "/.generation";
-  ASSERT_EQ(shell_as(kUserA, "mkdir -m 1777 " + dir_ + " && mkdir -m 0755 " + policy_dir_ + " && head -c 8 /dev/zero > " +
-                                 counter + " && printf 'memory_limit = 1Ti\\n' > " + policy_dir_ + "/c"),
-            0);
+  ASSERT_EQ(
+      shell_as(kUserA, "mkdir -m 1777 " + dir_ + " && mkdir -m 0755 " + policy_dir_ + " && head -c 8 /dev/zero > " +
+                           counter + " && printf 'memory_limit = 1Ti\\n' > " + policy_dir_ + "/c"),
+      0);
   ASSERT_EQ(file_state(counter).content.size(), 8u);
 
   Process& hammer = spawn_as(kUserB, "t", {"--memory", "1Mi", "--sync"}, {"hammer", "3", "4096"});
@@ -435,7 +436,8 @@ void start_family(Family& f, GrandchildDoes what, const std::function<std::uniqu
 // parent's 512 MiB are back at once, for the whole cap.
 TEST_F(Forks, AForkedChildDoesNotHideItsParentsDeath) {
   Family f;
-  ASSERT_NO_FATAL_FAILURE(start_family(f, GrandchildDoes::sleep, [&] { return join("t", MemoryLimit::of_bytes(GiB)); }));
+  ASSERT_NO_FATAL_FAILURE(
+      start_family(f, GrandchildDoes::sleep, [&] { return join("t", MemoryLimit::of_bytes(GiB)); }));
   ForkReport r;
   ASSERT_TRUE(f.read_report(r)) << "the child did not report";
   f.grandchild = r.grandchild;

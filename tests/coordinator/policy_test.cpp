@@ -29,10 +29,11 @@ class PolicyTest : public CoordinatorTest {
 TEST(PolicyText, ParsesEveryKeyAndNamesTheBadLine) {
   Policy p;
   std::string message;
-  ASSERT_TRUE(parse_policy("# comment\nmemory_limit = 4Gi\n"
-                           "memory_limit.GPU-511ce07e-5700-0000-0000-000000000001 = 25%  # per GPU\n"
-                           "compute_share = 30\ncompute_limit=50\npriority = high\ngroup = 4242\n",
-                           p, message))
+  ASSERT_TRUE(
+      parse_policy("# comment\nmemory_limit = 4Gi\n"
+                   "memory_limit.GPU-511ce07e-5700-0000-0000-000000000001 = 25%  # per GPU\n"
+                   "compute_share = 30\ncompute_limit=50\npriority = high\ngroup = 4242\n",
+                   p, message))
       << message;
   EXPECT_EQ(p.memory, MemoryLimit::of_bytes(4 * GiB));
   const Uuid gpu1 = fake_gpu_uuid(1), gpu2 = fake_gpu_uuid(2);

@@ -46,10 +46,11 @@ TEST_F(Races, ManyProcessesHammeringNeverPassTheCap) {
     EXPECT_EQ(p->wait(), 0);
   }
   monitor.stop();
-  std::printf("%d processes, 3 s: %llu reservations, %llu refusals, slowest pair %llu us; "
-              "%llu checks from outside, highest total %llu of cap %llu\n",
-              kWorkers, (unsigned long long)ops, (unsigned long long)refused, (unsigned long long)max_op_us,
-              (unsigned long long)monitor.samples(), (unsigned long long)monitor.max_seen(), (unsigned long long)cap);
+  std::printf(
+      "%d processes, 3 s: %llu reservations, %llu refusals, slowest pair %llu us; "
+      "%llu checks from outside, highest total %llu of cap %llu\n",
+      kWorkers, (unsigned long long)ops, (unsigned long long)refused, (unsigned long long)max_op_us,
+      (unsigned long long)monitor.samples(), (unsigned long long)monitor.max_seen(), (unsigned long long)cap);
   EXPECT_EQ(violations, 0u) << "workers saw the tenant past its cap";
   EXPECT_EQ(monitor.violations(), 0u) << "the tenant was seen past its cap";
   EXPECT_LE(monitor.max_seen(), cap);
@@ -73,9 +74,12 @@ TEST_F(Races, ExactlyAsManyHoldersAsTheCapAllows) {
     for (Process* p : holders) {
       const auto line = p->read_line();
       ASSERT_TRUE(line.has_value());
-      if (*line == "ready") ++ready;
-      else if (line->rfind("refused", 0) == 0) ++refused;
-      else ADD_FAILURE() << *line;
+      if (*line == "ready")
+        ++ready;
+      else if (line->rfind("refused", 0) == 0)
+        ++refused;
+      else
+        ADD_FAILURE() << *line;
     }
     EXPECT_EQ(ready, 3);
     EXPECT_EQ(refused, 5);

@@ -66,9 +66,7 @@ inline std::vector<std::string> as_user(int uid, std::vector<std::string> argv) 
 }
 
 // True when this machine lets us run a command as another user (root and setpriv present).
-inline bool can_switch_user() {
-  return is_root() && run_command(as_user(65534, {"true"})) == 0;
-}
+inline bool can_switch_user() { return is_root() && run_command(as_user(65534, {"true"})) == 0; }
 
 // A child process whose standard input and output are pipes to us. The destructor kills and reaps it.
 class Process {

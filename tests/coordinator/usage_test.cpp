@@ -230,7 +230,8 @@ TEST_F(Metering, MemoryHeldAccruesUsedTimesTimeAndStaysAfterTheProcessLeaves) {
   ASSERT_NE(again, nullptr);
   ASSERT_TRUE(again->reserve(0, GiB));
   again->release(0, GiB);
-  EXPECT_GE(gpu_of(read_coordinator(dir_, policy_dir_, error), "billing")->memory_byte_seconds_total, g->memory_byte_seconds_total);
+  EXPECT_GE(gpu_of(read_coordinator(dir_, policy_dir_, error), "billing")->memory_byte_seconds_total,
+            g->memory_byte_seconds_total);
   again.reset();
 
   // Removed: the record goes with the file, and the tenant starts from nothing next time.

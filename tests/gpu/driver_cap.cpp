@@ -125,11 +125,10 @@ std::vector<Path> paths() {
                    return cuMemCreate(reinterpret_cast<CUmemGenericAllocationHandle*>(h), kBlock, &prop, 0);
                  },
                  [](void* h) { cuMemRelease(reinterpret_cast<CUmemGenericAllocationHandle>(h)); }});
-  all.push_back({"managed", "cuMemAllocManaged",
-                 [](void** h) {
-                   return cuMemAllocManaged(reinterpret_cast<CUdeviceptr*>(h), kBlock, CU_MEM_ATTACH_GLOBAL);
-                 },
-                 [](void* h) { cuMemFree(reinterpret_cast<CUdeviceptr>(h)); }});
+  all.push_back(
+      {"managed", "cuMemAllocManaged",
+       [](void** h) { return cuMemAllocManaged(reinterpret_cast<CUdeviceptr*>(h), kBlock, CU_MEM_ATTACH_GLOBAL); },
+       [](void* h) { cuMemFree(reinterpret_cast<CUdeviceptr>(h)); }});
   // Graph memory: a graph whose allocation node's memory stays live after its launch.
   all.push_back({"graph", "graph memory node",
                  [](void** h) {
@@ -239,8 +238,9 @@ int ipc_child(const char* file, unsigned long long cap, bool charged) {
     open.push_back(p);
     ++opened;
   }
-  std::printf("ipc child: opened %zu blocks of 256 MiB under a cap of %llu MiB, then CUresult %d (free before %zu MiB)\n",
-              opened, cap >> 20, static_cast<int>(last), before >> 20);
+  std::printf(
+      "ipc child: opened %zu blocks of 256 MiB under a cap of %llu MiB, then CUresult %d (free before %zu MiB)\n",
+      opened, cap >> 20, static_cast<int>(last), before >> 20);
   bool ok = last == CUDA_ERROR_OUT_OF_MEMORY && opened * kBlock <= before && (opened + 1) * kBlock + slack > before;
   for (CUdeviceptr p : open) cuIpcCloseMemHandle(p);
   const size_t after = free_now();
@@ -292,8 +292,8 @@ void ipc(bool charged) {
   env.push_back("SLICE_MEMORY_LIMIT=" + std::to_string(child_cap));
   std::fflush(stdout);
   const int child = run_self({"--ipc-child", file, std::to_string(child_cap), charged ? "1" : "0"}, env);
-  expect(child == 0, "IPC: another tenant opening them is refused at its own cap (child exit " +
-                         std::to_string(child) + ")");
+  expect(child == 0,
+         "IPC: another tenant opening them is refused at its own cap (child exit " + std::to_string(child) + ")");
   std::remove(file.c_str());
   for (CUdeviceptr p : allocated) cuMemFree(p);
 }
@@ -370,18 +370,25 @@ int main(int argc, char** argv) {
   size_t f = 0, t = 0, total_mem = 0;
   cuMemGetInfo(&f, &t);
   cuDeviceTotalMem(&total_mem, g_dev);
-  std::printf("cuMemGetInfo: free %zu MiB total %zu MiB; cuDeviceTotalMem %zu MiB\n", f >> 20, t >> 20, total_mem >> 20);
+  std::printf("cuMemGetInfo: free %zu MiB total %zu MiB; cuDeviceTotalMem %zu MiB\n", f >> 20, t >> 20,
+              total_mem >> 20);
   expect(t == g_cap && total_mem == g_cap, "total = the cap");
-  if (context_charged) expect(f < g_cap, "the context's own memory is charged");
-  else std::printf("note: the context's memory cannot be measured here (NVML does not list this process)\n");
+  if (context_charged)
+    expect(f < g_cap, "the context's own memory is charged");
+  else
+    std::printf("note: the context's memory cannot be measured here (NVML does not list this process)\n");
 
   for (const Path& p : paths()) {
-    if (listed(unsupported, p.key)) std::printf("skip  %s: unsupported here even without libslice\n", p.name);
-    else fill(p);
+    if (listed(unsupported, p.key))
+      std::printf("skip  %s: unsupported here even without libslice\n", p.name);
+    else
+      fill(p);
   }
   if (g_own_pool != nullptr) cuMemPoolDestroy(g_own_pool);
-  if (listed(unsupported, "ipc")) std::printf("skip  CUDA IPC: unsupported here even without libslice\n");
-  else ipc(context_charged);
+  if (listed(unsupported, "ipc"))
+    std::printf("skip  CUDA IPC: unsupported here even without libslice\n");
+  else
+    ipc(context_charged);
   std::puts(g_failures == 0 ? "PASS" : "FAIL");
   return g_failures == 0 ? 0 : 1;
 }

@@ -60,7 +60,8 @@ std::vector<std::string> siblings(const std::string& name) {
 
 int main(int argc, char** argv) {
   const char* answers_path = nullptr;
-  if (argc == 4 && std::strcmp(argv[2], "--answers") == 0) answers_path = argv[3];
+  if (argc == 4 && std::strcmp(argv[2], "--answers") == 0)
+    answers_path = argv[3];
   else if (argc != 2) {
     std::fprintf(stderr, "usage: procaddr_real LOOKUPS.tsv [--answers FILE]\n");
     return 2;
@@ -148,8 +149,8 @@ int main(int argc, char** argv) {
                   exports[p].c_str(), expected.c_str());
     } else {
       ++other_address;  // a valid entry point, but not the exported symbol's address
-      std::printf("  %s@%s flags %s: address differs from dlsym(%s)\n", symbol.c_str(), version.c_str(),
-                  flags.c_str(), expected.c_str());
+      std::printf("  %s@%s flags %s: address differs from dlsym(%s)\n", symbol.c_str(), version.c_str(), flags.c_str(),
+                  expected.c_str());
     }
   }
   // What the driver answers for an unknown name and for a version older than the symbol: cuda.h

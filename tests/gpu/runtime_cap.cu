@@ -99,72 +99,79 @@ int main(int argc, char** argv) {
     cudaFree(d);
     for (void* q : taken) cudaFree(q);
   }
-  fill("cudaMalloc", [](void** p) { return cudaMalloc(p, kBlock); }, [](void* p) { cudaFree(p); });
+  fill(
+      "cudaMalloc", [](void** p) { return cudaMalloc(p, kBlock); }, [](void* p) { cudaFree(p); });
   cudaStream_t s;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return std::puts("FAIL: no stream"), 1;
   cudaMemPool_t pool;
   cudaDeviceGetDefaultMemPool(&pool, 0);
-  fill("cudaMallocAsync", [&](void** p) { return cudaMallocAsync(p, kBlock, s); },
-       [&](void* p) {
-         cudaFreeAsync(p, s);
-         cudaStreamSynchronize(s);
-         cudaMemPoolTrimTo(pool, 0);
-       });
+  fill(
+      "cudaMallocAsync", [&](void** p) { return cudaMallocAsync(p, kBlock, s); },
+      [&](void* p) {
+        cudaFreeAsync(p, s);
+        cudaStreamSynchronize(s);
+        cudaMemPoolTrimTo(pool, 0);
+      });
   if (unsupported("managed"))
     std::puts("skip  cudaMallocManaged: managed memory is unsupported here even without libslice");
   else
-    fill("cudaMallocManaged", [](void** p) { return cudaMallocManaged(p, kBlock); }, [](void* p) { cudaFree(p); });
-  fill("cudaMallocPitch",
-       [](void** p) {
-         size_t pitch = 0;
-         return cudaMallocPitch(p, &pitch, 1u << 20, 256);
-       },
-       [](void* p) { cudaFree(p); }, 64ull << 20);
-  fill("cudaMallocArray",
-       [](void** p) {
-         cudaChannelFormatDesc f = cudaCreateChannelDesc<float>();
-         return cudaMallocArray(reinterpret_cast<cudaArray_t*>(p), &f, 16384, 4096);
-       },
-       [](void* p) { cudaFreeArray(static_cast<cudaArray_t>(p)); }, 64ull << 20);
+    fill(
+        "cudaMallocManaged", [](void** p) { return cudaMallocManaged(p, kBlock); }, [](void* p) { cudaFree(p); });
+  fill(
+      "cudaMallocPitch",
+      [](void** p) {
+        size_t pitch = 0;
+        return cudaMallocPitch(p, &pitch, 1u << 20, 256);
+      },
+      [](void* p) { cudaFree(p); }, 64ull << 20);
+  fill(
+      "cudaMallocArray",
+      [](void** p) {
+        cudaChannelFormatDesc f = cudaCreateChannelDesc<float>();
+        return cudaMallocArray(reinterpret_cast<cudaArray_t*>(p), &f, 16384, 4096);
+      },
+      [](void* p) { cudaFreeArray(static_cast<cudaArray_t>(p)); }, 64ull << 20);
   // A captured cudaMallocAsync: the graph's allocation node takes memory at its launch.
   struct Captured {
     cudaGraphExec_t exec = nullptr;
     void* ptr = nullptr;
   };
-  fill("graph allocation node",
-       [&](void** out) {
-         auto* c = new Captured();
-         cudaGraph_t g = nullptr;
-         // Without a capture, the cudaMallocAsync below would allocate for real.
-         if (const cudaError_t began = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal)) {
-           std::printf("cudaStreamBeginCapture failed: %s\n", cudaGetErrorName(began));
-           delete c;
-           return began;
-         }
-         cudaError_t rc = cudaMallocAsync(&c->ptr, kBlock, s);
-         const cudaError_t ended = cudaStreamEndCapture(s, &g);
-         if (rc == cudaSuccess) rc = ended;
-         if (rc == cudaSuccess) rc = cudaGraphInstantiate(&c->exec, g, 0);
-         if (g) cudaGraphDestroy(g);
-         if (rc == cudaSuccess) rc = cudaGraphLaunch(c->exec, s);
-         if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
-         if (rc != cudaSuccess) {
-           if (c->exec) cudaGraphExecDestroy(c->exec);
-           delete c;
-           cudaDeviceGraphMemTrim(0);
-           return rc;
-         }
-         *out = c;
-         return cudaSuccess;
-       },
-       [&](void* p) {
-         auto* c = static_cast<Captured*>(p);
-         cudaFreeAsync(c->ptr, s);
-         cudaStreamSynchronize(s);
-         cudaGraphExecDestroy(c->exec);
-         delete c;
-         cudaDeviceGraphMemTrim(0);
-       }, 2ull << 20);
+  fill(
+      "graph allocation node",
+      [&](void** out) {
+        auto* c = new Captured();
+        cudaGraph_t g = nullptr;
+        // Without a capture, the cudaMallocAsync below would allocate for real.
+        if (const cudaError_t began = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal)) {
+          std::printf("cudaStreamBeginCapture failed: %s\n", cudaGetErrorName(began));
+          delete c;
+          return began;
+        }
+        cudaError_t rc = cudaMallocAsync(&c->ptr, kBlock, s);
+        const cudaError_t ended = cudaStreamEndCapture(s, &g);
+        if (rc == cudaSuccess) rc = ended;
+        if (rc == cudaSuccess) rc = cudaGraphInstantiate(&c->exec, g, 0);
+        if (g) cudaGraphDestroy(g);
+        if (rc == cudaSuccess) rc = cudaGraphLaunch(c->exec, s);
+        if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
+        if (rc != cudaSuccess) {
+          if (c->exec) cudaGraphExecDestroy(c->exec);
+          delete c;
+          cudaDeviceGraphMemTrim(0);
+          return rc;
+        }
+        *out = c;
+        return cudaSuccess;
+      },
+      [&](void* p) {
+        auto* c = static_cast<Captured*>(p);
+        cudaFreeAsync(c->ptr, s);
+        cudaStreamSynchronize(s);
+        cudaGraphExecDestroy(c->exec);
+        delete c;
+        cudaDeviceGraphMemTrim(0);
+      },
+      2ull << 20);
   std::puts(g_failures == 0 ? "PASS" : "FAIL");
   return g_failures == 0 ? 0 : 1;
 }

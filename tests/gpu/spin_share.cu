@@ -69,8 +69,10 @@ std::string parse(int argc, char** argv, Args& a) {
     if (!whole(v[1], a.start_ns)) return std::string("bad START_NS ") + v[1];
     if (!number(v[2], a.seconds) || a.seconds <= 0) return std::string("bad SECONDS ") + v[2];
     if (left == 5) {
-      if (std::strcmp(v[3], "graph") == 0) a.graph = true;
-      else if (std::strcmp(v[3], "plain") != 0) return std::string("bad kind ") + v[3] + " (plain or graph)";
+      if (std::strcmp(v[3], "graph") == 0)
+        a.graph = true;
+      else if (std::strcmp(v[3], "plain") != 0)
+        return std::string("bad kind ") + v[3] + " (plain or graph)";
     }
     return "";
   }
@@ -195,7 +197,8 @@ int main(int argc, char** argv) {
     return kUsage;
   }
   if (a.parse_only) {
-    if (a.serve) std::printf("mode=serve kernel_us=%g requests=%d gap_us=%g\n", a.kernel_us, a.requests, a.gap_us);
+    if (a.serve)
+      std::printf("mode=serve kernel_us=%g requests=%d gap_us=%g\n", a.kernel_us, a.requests, a.gap_us);
     else
       std::printf("mode=busy kernel_us=%g start=%s seconds=%g kind=%s\n", a.kernel_us,
                   a.start_ns == 0 ? "now" : std::to_string(a.start_ns).c_str(), a.seconds, a.graph ? "graph" : "plain");

@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < r.devices_size(); ++i) {
     const v1beta1::DeviceSpec& d = r.devices(i);
     out << (i ? ", " : "") << "{\"host_path\": " << quoted(d.host_path())
-        << ", \"container_path\": " << quoted(d.container_path())
-        << ", \"permissions\": " << quoted(d.permissions()) << "}";
+        << ", \"container_path\": " << quoted(d.container_path()) << ", \"permissions\": " << quoted(d.permissions())
+        << "}";
   }
   std::vector<std::string> cdi;
   for (const auto& d : r.cdi_devices()) cdi.push_back(d.name());

@@ -34,9 +34,9 @@ TEST(ConfigUuid, ParsedAndWinsOverOrdinalAndEveryDevice) {
 }
 
 TEST(ConfigUuid, MalformedUuidIsAnErrorNeverNoCap) {
-  for (const char* bad : {"GPU_516d696d", "GPU_516d696d_6770_4075_8000_0000000000ag",
-                                "GPU_516d696d-6770-4075-8000-0000000000ab", "GPU_516d696d_6770_4075_8000_0000000000abc",
-                                "GPU_516d696d67704075_8000_0000000000ab__"}) {
+  for (const char* bad :
+       {"GPU_516d696d", "GPU_516d696d_6770_4075_8000_0000000000ag", "GPU_516d696d-6770-4075-8000-0000000000ab",
+        "GPU_516d696d_6770_4075_8000_0000000000abc", "GPU_516d696d67704075_8000_0000000000ab__"}) {
     const auto r = parse_config(Environment{{"SLICE_MEMORY_LIMIT_" + std::string(bad), "1Gi"}});
     ASSERT_FALSE(r) << bad;
     EXPECT_NE(r.error.reason.find("is not a GPU UUID"), std::string::npos) << r.error.message();

@@ -40,10 +40,14 @@ int main(int argc, char** argv) {
   double timeout = 30;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--over-mib") over_mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (k == "--under-mib") under_mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (k == "--release") release = argv[i + 1];
-    else if (k == "--timeout") timeout = std::atof(argv[i + 1]);
+    if (k == "--over-mib")
+      over_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--under-mib")
+      under_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--release")
+      release = argv[i + 1];
+    else if (k == "--timeout")
+      timeout = std::atof(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: k8s_container_probe --over-mib N --under-mib M [--release PATH] [--timeout S]\n");
       return 2;
@@ -69,8 +73,9 @@ int main(int argc, char** argv) {
   CUuuid uuid{};
   if (cuDeviceGetUuid(&uuid, 0) == CUDA_SUCCESS) {
     const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
-    std::snprintf(uuid_text, sizeof uuid_text, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                  b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+    std::snprintf(uuid_text, sizeof uuid_text,
+                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
+                  b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
   }
   std::printf("device0=%s\n", uuid_text);
   size_t free_bytes = 0, total_bytes = 0;

@@ -64,14 +64,16 @@ class DevicePluginTest : public ::testing::Test {
   std::string policies() const { return dir_ + "/policy"; }
 
   std::map<std::string, std::string> simulator_env() const {
-    return {{"LD_LIBRARY_PATH", SIMGPU_LIB_DIR}, {"SIMGPU_STATE", simgpu_state_}, {"SIMGPU_DEVICES", "2"},
-            {"SIMGPU_MEMORY", "8Gi"}, {"PATH", "/usr/bin:/bin:/usr/sbin:/sbin"}};
+    return {{"LD_LIBRARY_PATH", SIMGPU_LIB_DIR},
+            {"SIMGPU_STATE", simgpu_state_},
+            {"SIMGPU_DEVICES", "2"},
+            {"SIMGPU_MEMORY", "8Gi"},
+            {"PATH", "/usr/bin:/bin:/usr/sbin:/sbin"}};
   }
 
   void start_plugin(std::vector<std::string> extra = {}) {
-    std::vector<std::string> argv = {PLUGIN_PATH, "--device-plugin-dir", dir_ + "/device-plugins",
-                                     "--socket-name", kSocketName, "--slices", "4",
-                                     "--coordinator-dir", coordinator(),
+    std::vector<std::string> argv = {PLUGIN_PATH, "--device-plugin-dir", dir_ + "/device-plugins", "--socket-name",
+                                     kSocketName, "--slices", "4", "--coordinator-dir", coordinator(),
                                      // The test's "containers" share the host's paths: no mount namespace.
                                      "--container-coordinator-dir", coordinator(), "--host-lib-dir", dir_ + "/lib",
                                      "--policy-dir", policies(), "--container-policy-dir", policies(),
@@ -100,8 +102,10 @@ class DevicePluginTest : public ::testing::Test {
     grpc::ClientContext context;
     deadline(context, 10s);
     const grpc::Status s = dial()->Allocate(&context, request, &response);
-    if (status != nullptr) *status = s;
-    else EXPECT_TRUE(s.ok()) << s.error_message();
+    if (status != nullptr)
+      *status = s;
+    else
+      EXPECT_TRUE(s.ok()) << s.error_message();
     return response.container_responses_size() == 1 ? response.container_responses(0)
                                                     : v1beta1::ContainerAllocateResponse{};
   }
@@ -116,7 +120,8 @@ class DevicePluginTest : public ::testing::Test {
   }
 
   int run_load(const std::map<std::string, std::string>& env, std::uint64_t mib, const std::string& log) {
-    const pid_t pid = k8s_test::spawn({SIMGPU_LOAD_PATH, "--seconds", "0", "--alloc-mib", std::to_string(mib)}, env, log);
+    const pid_t pid =
+        k8s_test::spawn({SIMGPU_LOAD_PATH, "--seconds", "0", "--alloc-mib", std::to_string(mib)}, env, log);
     return k8s_test::wait_exit(pid, 30s);
   }
 
@@ -169,7 +174,8 @@ TEST_F(DevicePluginTest, PreferredAllocationPacksOneGpuAndKeepsMustInclude) {
   v1beta1::PreferredAllocationRequest request;
   // GPU 0 has one free slice, GPU 1 three: two slices fit only on GPU 1.
   auto* a = request.add_container_requests();
-  for (const std::string& id : {kGpu0 + "::3", kGpu1 + "::0", kGpu1 + "::2", kGpu1 + "::3"}) a->add_available_deviceids(id);
+  for (const std::string& id : {kGpu0 + "::3", kGpu1 + "::0", kGpu1 + "::2", kGpu1 + "::3"})
+    a->add_available_deviceids(id);
   a->set_allocation_size(2);
   // The kubelet insists on GPU 0's slice 1: the rest comes from GPU 0 too.
   auto* b = request.add_container_requests();
@@ -301,7 +307,8 @@ TEST_F(DevicePluginTest, AContainerGivenCard1Of2IsCappedOnCard1AndNowhereElse) {
 }
 
 TEST_F(DevicePluginTest, TwoContainersInPidNamespacesShareOneView) {
-  if (std::system("unshare --pid --fork true >/dev/null 2>&1") != 0) GTEST_SKIP() << "unshare --pid --fork does not work here";
+  if (std::system("unshare --pid --fork true >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "unshare --pid --fork does not work here";
   start_plugin();
   std::vector<pid_t> containers;
   std::vector<std::string> tenants;
@@ -315,7 +322,8 @@ TEST_F(DevicePluginTest, TwoContainersInPidNamespacesShareOneView) {
     ASSERT_TRUE(k8s_test::wait_for_text(log, "ready", 20s)) << k8s_test::read_file(log);
   }
   const std::string status_file = dir_ + "/status.json";
-  const pid_t status = k8s_test::spawn({SLICECTL_PATH, "status", "--json", "--coordinator", coordinator()}, {}, status_file);
+  const pid_t status =
+      k8s_test::spawn({SLICECTL_PATH, "status", "--json", "--coordinator", coordinator()}, {}, status_file);
   EXPECT_EQ(k8s_test::wait_exit(status, 20s), 0);
   const std::string json = k8s_test::read_file(status_file);
   for (const std::string& t : tenants) {
@@ -380,17 +388,21 @@ TEST_F(DevicePluginTest, SigtermRemovesTheSocketAndLeavesNothing) {
 }
 
 TEST(DevicePluginCommandLine, HelpAndWrongOptions) {
-  const std::string out = std::string(std::getenv("SLICE_TEST_TMPDIR") ? std::getenv("SLICE_TEST_TMPDIR") : "/tmp") +
-                          "/cli.log";
+  const std::string out =
+      std::string(std::getenv("SLICE_TEST_TMPDIR") ? std::getenv("SLICE_TEST_TMPDIR") : "/tmp") + "/cli.log";
   EXPECT_EQ(k8s_test::wait_exit(k8s_test::spawn({PLUGIN_PATH, "--help"}, {}, out), 10s), 0);
   const std::string help = k8s_test::read_file(out);
   for (const char* flag : {"--resource-name", "--slices", "--memory-reserve", "--device-plugin-dir", "--kubelet-socket",
                            "--device-list-strategy", "--single-gpu-only", "--coordinator-dir", "--tenant-group",
                            "--health-interval", "--list"})
     EXPECT_NE(help.find(flag), std::string::npos) << flag;
-  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--slices", "0"}, {"--slices", "101"},
-                                             {"--bogus"}, {"--memory-reserve", "12X"}, {"--device-list-strategy", "x"},
-                                             {"--coordinator-dir", "relative"}, {"--slices"}}) {
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--slices", "0"},
+                                              {"--slices", "101"},
+                                              {"--bogus"},
+                                              {"--memory-reserve", "12X"},
+                                              {"--device-list-strategy", "x"},
+                                              {"--coordinator-dir", "relative"},
+                                              {"--slices"}}) {
     std::vector<std::string> argv = {PLUGIN_PATH};
     argv.insert(argv.end(), bad.begin(), bad.end());
     EXPECT_EQ(k8s_test::wait_exit(k8s_test::spawn(argv, {}, out), 10s), 2) << bad[0];

@@ -17,7 +17,8 @@ const std::string kB = "GPU-66666666-7777-8888-9999-aaaaaaaaaaaa";
 Inventory two_gpus(unsigned slices, std::uint64_t reserve = 0) {
   Inventory inventory;
   std::string error;
-  EXPECT_TRUE(Inventory::build({{0, kA, "A", 24ull << 30}, {1, kB, "B", 10ull << 30}}, {slices, reserve}, inventory, error))
+  EXPECT_TRUE(
+      Inventory::build({{0, kA, "A", 24ull << 30}, {1, kB, "B", 10ull << 30}}, {slices, reserve}, inventory, error))
       << error;
   return inventory;
 }
@@ -63,7 +64,8 @@ TEST(PreferredAllocation, PacksOntoOneGpu) {
   EXPECT_EQ(preferred_allocation(inv, {id(kA, 2), id(kA, 3), id(kB, 0), id(kB, 1), id(kB, 2), id(kB, 3)}, {}, 1),
             (std::vector<std::string>{id(kA, 2)}));
   // Must-include slices are kept, and the rest follows them onto their GPU.
-  EXPECT_EQ(preferred_allocation(inv, all, {id(kB, 2)}, 3), (std::vector<std::string>{id(kB, 2), id(kB, 0), id(kB, 1)}));
+  EXPECT_EQ(preferred_allocation(inv, all, {id(kB, 2)}, 3),
+            (std::vector<std::string>{id(kB, 2), id(kB, 0), id(kB, 1)}));
   // Too big for one GPU: spread, largest first.
   EXPECT_EQ(preferred_allocation(inv, {id(kA, 0), id(kB, 0), id(kB, 1)}, {}, 3).size(), 3u);
   // Unknown IDs are never chosen; fewer come back when too few are available.

@@ -379,7 +379,8 @@ TEST_F(Accounting, ASecondProcessOfTheTenantSharesTheCap) {
   EXPECT_NE(out.find("allocated 256 MiB"), std::string::npos) << out;  // the rest of the cap, not 1 GiB
   // It exited normally: its memory and its slot are given back at once, not left to a recount.
   std::string error;
-  for (const slice::TenantView& t : slice::read_coordinator(slice_test::coordinator_dir(), slice_test::policy_dir(), error)) {
+  for (const slice::TenantView& t :
+       slice::read_coordinator(slice_test::coordinator_dir(), slice_test::policy_dir(), error)) {
     if (t.name != "acct") continue;
     EXPECT_EQ(t.dead_processes, 0);
     ASSERT_EQ(t.processes.size(), 1u);
@@ -394,7 +395,8 @@ TEST_F(Accounting, ProcessesRacingToTheCapTogetherStopExactlyAtIt) {
   const std::string release = std::string(std::getenv("SLICE_TEST_TMPDIR")) + "/release-racers";
   std::string paths[3];
   pid_t pids[3];
-  for (int i = 0; i < 3; ++i) pids[i] = spawn_child("fill-and-hold", {"SLICE_TENANT=race", "RELEASE_FILE=" + release}, paths[i]);
+  for (int i = 0; i < 3; ++i)
+    pids[i] = spawn_child("fill-and-hold", {"SLICE_TENANT=race", "RELEASE_FILE=" + release}, paths[i]);
   std::uint64_t total = 0;
   for (int i = 0; i < 3; ++i) {
     for (int t = 0; t < 1000 && read_file(paths[i]).find("allocated ") == std::string::npos; ++t) usleep(10000);
@@ -427,8 +429,10 @@ TEST_F(Accounting, ThreadsAllocatingAndFreeingAtOnceNeverPassTheCapAndLeaveNothi
         } else {
           CUdeviceptr p = 0;
           const CUresult rc = cuMemAlloc_v2(&p, (1 + rng() % 64) * kMiB);
-          if (rc == CUDA_SUCCESS) held.push_back(p);
-          else if (rc != CUDA_ERROR_OUT_OF_MEMORY) over = true;
+          if (rc == CUDA_SUCCESS)
+            held.push_back(p);
+          else if (rc != CUDA_ERROR_OUT_OF_MEMORY)
+            over = true;
         }
         std::size_t f = 0, total = 0;
         if (i % 64 == 0 && (cuMemGetInfo_v2(&f, &total) != CUDA_SUCCESS || f > kCap)) over = true;
@@ -466,8 +470,7 @@ TEST_F(Accounting, BadConfigurationFailsClosed) {
   EXPECT_EQ(count_lines(out, " error: "), 1) << out;
   EXPECT_NE(out.find("SLICE_MEMORY_LIMIT='12X'"), std::string::npos) << out;
   EXPECT_NE(out.find("example: SLICE_MEMORY_LIMIT="), std::string::npos) << out;
-  EXPECT_EQ(run_child("expect-fail-closed", {"SLICE_COORDINATOR_DIR=relative/dir", "SLICE_LOG_FILE="}, &out), 0)
-      << out;
+  EXPECT_EQ(run_child("expect-fail-closed", {"SLICE_COORDINATOR_DIR=relative/dir", "SLICE_LOG_FILE="}, &out), 0) << out;
   EXPECT_EQ(count_lines(out, " error: "), 1) << out;
   EXPECT_NE(out.find("SLICE_COORDINATOR_DIR"), std::string::npos) << out;
   // The escape hatch works even with the broken variable.
@@ -478,8 +481,9 @@ TEST_F(Accounting, ContextMemoryIsChargedAndDestroyingAContextFreesWhatWasInIt) 
   // A machine of its own whose contexts take 300 MiB each, as real ones take hundreds of MiB.
   const std::string tmp = std::getenv("SLICE_TEST_TMPDIR");
   std::string out;
-  EXPECT_EQ(run_child("contexts", {"SIMGPU_STATE=" + tmp + "/ctx-state", "SIMGPU_CONTEXT_BYTES=300Mi",
-                                   "SLICE_COORDINATOR_DIR=" + tmp + "/ctx-coordinator", "SLICE_LOG_FILE="},
+  EXPECT_EQ(run_child("contexts",
+                      {"SIMGPU_STATE=" + tmp + "/ctx-state", "SIMGPU_CONTEXT_BYTES=300Mi",
+                       "SLICE_COORDINATOR_DIR=" + tmp + "/ctx-coordinator", "SLICE_LOG_FILE="},
                       &out),
             0)
       << out;
@@ -543,8 +547,8 @@ TEST_F(Accounting, IpcMemoryIsChargedOnlyWhereItIsNewToTheTenant) {
   EXPECT_EQ(run_child("ipc-open", {"IPC_HANDLE=" + hex, "IPC_EXPECT_FREE_MIB=768"}, &out), 0) << out;
   EXPECT_EQ(mem_info().free, kCap - 256 * kMiB);
   // A tenant with no room for it: the open is refused and undone.
-  EXPECT_EQ(run_child("ipc-open-refused", {"SLICE_TENANT=small", "SLICE_MEMORY_LIMIT=128Mi", "IPC_HANDLE=" + hex}, &out),
-            0)
+  EXPECT_EQ(
+      run_child("ipc-open-refused", {"SLICE_TENANT=small", "SLICE_MEMORY_LIMIT=128Mi", "IPC_HANDLE=" + hex}, &out), 0)
       << out;
   CU_OK(cuMemFree_v2(p));
 }
@@ -554,11 +558,12 @@ TEST_F(Accounting, TwoGpusEachWithItsCapAndNvmlInitialisedFirst) {
   // the GPU (by UUID), never an index (HAMi-core loses its cap when NVML initialises first).
   const std::string tmp = std::getenv("SLICE_TEST_TMPDIR");
   std::string out;
-  EXPECT_EQ(run_child("two-gpus", {"SIMGPU_STATE=" + tmp + "/two-state", "SIMGPU_DEVICES=2",
-                                   "SLICE_COORDINATOR_DIR=" + tmp + "/two-coordinator", "SLICE_MEMORY_LIMIT_1=512Mi",
-                                   "SLICE_TENANT=two"},
-                      &out),
-            0)
+  EXPECT_EQ(
+      run_child("two-gpus",
+                {"SIMGPU_STATE=" + tmp + "/two-state", "SIMGPU_DEVICES=2",
+                 "SLICE_COORDINATOR_DIR=" + tmp + "/two-coordinator", "SLICE_MEMORY_LIMIT_1=512Mi", "SLICE_TENANT=two"},
+                &out),
+      0)
       << out;
 }
 
@@ -597,8 +602,9 @@ TEST_F(Accounting, AGraphInstantiatedThroughTheOldFiveArgumentExportIsRefusedAtL
 TEST_F(Accounting, AnotherGpusDefaultPoolUsedFromThisGpusStreamIsChargedToItsGpu) {
   const std::string tmp = std::getenv("SLICE_TEST_TMPDIR");
   std::string out;
-  EXPECT_EQ(run_child("pool-of-gpu1", {"SIMGPU_STATE=" + tmp + "/pool1-state", "SIMGPU_DEVICES=2",
-                                       "SLICE_COORDINATOR_DIR=" + tmp + "/pool1-coordinator", "SLICE_TENANT=pool1"},
+  EXPECT_EQ(run_child("pool-of-gpu1",
+                      {"SIMGPU_STATE=" + tmp + "/pool1-state", "SIMGPU_DEVICES=2",
+                       "SLICE_COORDINATOR_DIR=" + tmp + "/pool1-coordinator", "SLICE_TENANT=pool1"},
                       &out),
             0)
       << out;
@@ -607,9 +613,9 @@ TEST_F(Accounting, AnotherGpusDefaultPoolUsedFromThisGpusStreamIsChargedToItsGpu
 TEST_F(Accounting, AGraphWithAllocationsOnTwoGpusChargesEachGpuItsOwnPart) {
   const std::string tmp = std::getenv("SLICE_TEST_TMPDIR");
   std::string out;
-  EXPECT_EQ(run_child("graph-on-two-gpus", {"SIMGPU_STATE=" + tmp + "/graph2-state", "SIMGPU_DEVICES=2",
-                                            "SLICE_COORDINATOR_DIR=" + tmp + "/graph2-coordinator",
-                                            "SLICE_TENANT=graph2"},
+  EXPECT_EQ(run_child("graph-on-two-gpus",
+                      {"SIMGPU_STATE=" + tmp + "/graph2-state", "SIMGPU_DEVICES=2",
+                       "SLICE_COORDINATOR_DIR=" + tmp + "/graph2-coordinator", "SLICE_TENANT=graph2"},
                       &out),
             0)
       << out;
@@ -747,10 +753,12 @@ void check_at_exit() {
     CUdeviceptr p = 0;
     const CUresult set = cuCtxSetCurrent(g_exit_context);
     const CUresult info = cuMemGetInfo_v2(&f, &t);
-    const CUresult total_rc = cuDeviceGet(&dev, 0) == CUDA_SUCCESS ? cuDeviceTotalMem_v2(&total, dev) : CUDA_ERROR_INVALID_DEVICE;
+    const CUresult total_rc =
+        cuDeviceGet(&dev, 0) == CUDA_SUCCESS ? cuDeviceTotalMem_v2(&total, dev) : CUDA_ERROR_INVALID_DEVICE;
     const CUresult alloc = cuMemAlloc_v2(&p, 512 * kMiB);
-    std::printf("at exit: total %zu MiB free %zu MiB (rc %d), cuDeviceTotalMem %zu MiB (rc %d), cuMemAlloc 512 MiB rc %d\n",
-                t >> 20, f >> 20, info, total >> 20, total_rc, alloc);
+    std::printf(
+        "at exit: total %zu MiB free %zu MiB (rc %d), cuDeviceTotalMem %zu MiB (rc %d), cuMemAlloc 512 MiB rc %d\n",
+        t >> 20, f >> 20, info, total >> 20, total_rc, alloc);
     std::fflush(stdout);
     ok = set == CUDA_SUCCESS && info == CUDA_SUCCESS && t == kCap && f == kCap && total_rc == CUDA_SUCCESS &&
          total == kCap && alloc == CUDA_SUCCESS;
@@ -1011,7 +1019,8 @@ int child_main(const std::string& mode) {
     cuMemGetInfo_v2(&f, &t);
     slice_info info{};
     info.size = sizeof info;
-    if (slice_info_of(0, &info) != SLICE_ERROR_NOT_RUNNING) return child_fail("slice_get_info answered with SLICE_DISABLE=1");
+    if (slice_info_of(0, &info) != SLICE_ERROR_NOT_RUNNING)
+      return child_fail("slice_get_info answered with SLICE_DISABLE=1");
     return t > kCap ? 0 : child_fail("capped although SLICE_DISABLE=1");
   }
   if (mode == "hold-other-tenant") {  // holds memory until killed

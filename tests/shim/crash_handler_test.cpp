@@ -45,7 +45,8 @@ Outcome run_probe(const std::string& where, const std::string& handler, const st
   close(pipe_fds[1]);
   Outcome out;
   char buffer[4096];
-  for (ssize_t n; (n = read(pipe_fds[0], buffer, sizeof buffer)) > 0;) out.err.append(buffer, static_cast<std::size_t>(n));
+  for (ssize_t n; (n = read(pipe_fds[0], buffer, sizeof buffer)) > 0;)
+    out.err.append(buffer, static_cast<std::size_t>(n));
   close(pipe_fds[0]);
   waitpid(pid, &out.status, 0);
   return out;

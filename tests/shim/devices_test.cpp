@@ -107,9 +107,8 @@ std::string uuid_limit(const std::string& uuid, const std::string& value) {
 TEST_F(Devices, AUuidKeyedCapHoldsOnItsCardChosenByUuid) {
   // Card 2 alone, named by UUID: the process's ordinal 0.
   std::string out;
-  const pid_t p = start({"CUDA_VISIBLE_DEVICES=" + uuids_[2], "SLICE_TENANT=a",
-                         uuid_limit(uuids_[2], "1Gi"), "ALLOC=0:1024 0:1"},
-                        out);
+  const pid_t p = start(
+      {"CUDA_VISIBLE_DEVICES=" + uuids_[2], "SLICE_TENANT=a", uuid_limit(uuids_[2], "1Gi"), "ALLOC=0:1024 0:1"}, out);
   const Findings f = parse(read_file(out));
   EXPECT_EQ(f.at("devices"), "1");
   EXPECT_EQ(f.at("uuid0"), uuids_[2]);
@@ -150,9 +149,9 @@ TEST_F(Devices, TwoProcessesOfOneTenantThatNumberTheCardDifferentlyShareItsCap) 
   const std::string cap = uuid_limit(uuids_[2], "1Gi");
   std::string out1, out2;
   const pid_t first = start({"CUDA_VISIBLE_DEVICES=" + uuids_[2], "SLICE_TENANT=c", cap, "ALLOC=0:600"}, out1);
-  const pid_t second = start({"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=0,2", "SLICE_TENANT=c", cap,
-                              "ALLOC=1:600 1:400 0:100"},
-                             out2);
+  const pid_t second = start(
+      {"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES=0,2", "SLICE_TENANT=c", cap, "ALLOC=1:600 1:400 0:100"},
+      out2);
   const Findings f = parse(read_file(out2));
   EXPECT_EQ(f.at("uuid1"), uuids_[2]);
   EXPECT_EQ(f.at("alloc1:600"), "refused") << "600 MiB of the tenant's 1 GiB are held by the first";
@@ -172,8 +171,10 @@ TEST_F(Devices, TwoProcessesOfOneTenantThatNumberTheCardDifferentlyShareItsCap) 
 
 TEST_F(Devices, TwoTenantsOnDifferentCardsEachHoldTheirOwn) {
   std::string out1, out2;
-  const pid_t a = start({"CUDA_VISIBLE_DEVICES=0", "SLICE_TENANT=d", "SLICE_MEMORY_LIMIT=1Gi", "ALLOC=0:1024 0:1"}, out1);
-  const pid_t b = start({"CUDA_VISIBLE_DEVICES=1", "SLICE_TENANT=e", "SLICE_MEMORY_LIMIT=2Gi", "ALLOC=0:2048 0:1"}, out2);
+  const pid_t a =
+      start({"CUDA_VISIBLE_DEVICES=0", "SLICE_TENANT=d", "SLICE_MEMORY_LIMIT=1Gi", "ALLOC=0:1024 0:1"}, out1);
+  const pid_t b =
+      start({"CUDA_VISIBLE_DEVICES=1", "SLICE_TENANT=e", "SLICE_MEMORY_LIMIT=2Gi", "ALLOC=0:2048 0:1"}, out2);
   // Fastest first: ordinal 0 is card 1 (128 multiprocessors), ordinal 1 is card 3.
   EXPECT_EQ(parse(read_file(out1)).at("uuid0"), uuids_[1]);
   EXPECT_EQ(parse(read_file(out2)).at("uuid0"), uuids_[3]);

@@ -34,8 +34,7 @@ int main(int argc, char** argv) {
   const char* preload = std::getenv("LD_PRELOAD");
   if (preload != nullptr && std::strstr(preload, "libslice.so") != nullptr) {
     Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(&dlopen), &info) == 0 ||
-        std::strstr(info.dli_fname, "libslice.so") == nullptr) {
+    if (dladdr(reinterpret_cast<void*>(&dlopen), &info) == 0 || std::strstr(info.dli_fname, "libslice.so") == nullptr) {
       std::fprintf(stderr, "dlopen is not libslice's here: the test would prove nothing\n");
       return 2;
     }

@@ -41,16 +41,23 @@ nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int, nvmlDevice_t*);
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t, nvmlMemory_t*);
 }
-#define RESOLVE_CU(var, name, version) auto var = &::name; check_origin(#name, reinterpret_cast<void*>(var))
-#define RESOLVE_NVML(var, type, name) auto var = &::name; check_origin(#name, reinterpret_cast<void*>(var))
+#define RESOLVE_CU(var, name, version) \
+  auto var = &::name;                  \
+  check_origin(#name, reinterpret_cast<void*>(var))
+#define RESOLVE_NVML(var, type, name) \
+  auto var = &::name;                 \
+  check_origin(#name, reinterpret_cast<void*>(var))
 #else
-#define RESOLVE_CU(var, name, version)                                                        \
-  decltype(&name) var = nullptr;                                                              \
-  get_proc(#var, reinterpret_cast<void**>(&var), version, 0, nullptr);                        \
-  check_origin(#name, reinterpret_cast<void*>(var));                                          \
-  if (var == nullptr) { std::printf("cuGetProcAddress(%s) failed\n", #var); return 1; }
-#define RESOLVE_NVML(var, type, name)                                                         \
-  auto var = reinterpret_cast<type>(nvml != nullptr ? dlsym(nvml, #name) : nullptr);          \
+#define RESOLVE_CU(var, name, version)                                 \
+  decltype(&name) var = nullptr;                                       \
+  get_proc(#var, reinterpret_cast<void**>(&var), version, 0, nullptr); \
+  check_origin(#name, reinterpret_cast<void*>(var));                   \
+  if (var == nullptr) {                                                \
+    std::printf("cuGetProcAddress(%s) failed\n", #var);                \
+    return 1;                                                          \
+  }
+#define RESOLVE_NVML(var, type, name)                                                \
+  auto var = reinterpret_cast<type>(nvml != nullptr ? dlsym(nvml, #name) : nullptr); \
   check_origin(#name, reinterpret_cast<void*>(var));
 #endif
 
@@ -100,9 +107,9 @@ int main(int argc, char** argv) {
   std::printf("cuMemFree %d %d\n", cuMemFree(a), cuMemFree(b));
   std::printf("cuMemFree(bad) %d\n", cuMemFree(12345));
 
-  RESOLVE_NVML(nvmlInit, nvmlReturn_t (*)(void), nvmlInit_v2);
-  RESOLVE_NVML(nvmlGetHandle, nvmlReturn_t (*)(unsigned, nvmlDevice_t*), nvmlDeviceGetHandleByIndex_v2);
-  RESOLVE_NVML(nvmlMemInfo, nvmlReturn_t (*)(nvmlDevice_t, nvmlMemory_t*), nvmlDeviceGetMemoryInfo);
+  RESOLVE_NVML(nvmlInit, nvmlReturn_t(*)(void), nvmlInit_v2);
+  RESOLVE_NVML(nvmlGetHandle, nvmlReturn_t(*)(unsigned, nvmlDevice_t*), nvmlDeviceGetHandleByIndex_v2);
+  RESOLVE_NVML(nvmlMemInfo, nvmlReturn_t(*)(nvmlDevice_t, nvmlMemory_t*), nvmlDeviceGetMemoryInfo);
   if (nvmlInit != nullptr && nvmlGetHandle != nullptr && nvmlMemInfo != nullptr) {
     nvmlDevice_t nd = nullptr;
     nvmlMemory_t mem{};

@@ -87,9 +87,15 @@ TEST(ShimExports, EveryListedHookResolvesInTheLibraryAndEveryExportedHookIsListe
 }
 
 TEST(ShimExports, NeedsOnlyGlibcAndTheCxxRuntime) {
-  const std::set<std::string> allowed = {"libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0",
-                                         "librt.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1",
-                                         "libstdc++.so.6", "libgcc_s.so.1"};
+  const std::set<std::string> allowed = {"libc.so.6",
+                                         "libm.so.6",
+                                         "libdl.so.2",
+                                         "libpthread.so.0",
+                                         "librt.so.1",
+                                         "ld-linux-x86-64.so.2",
+                                         "ld-linux-aarch64.so.1",
+                                         "libstdc++.so.6",
+                                         "libgcc_s.so.1"};
   std::istringstream lines(run("readelf -d " SLICE_SHIM_PATH));
   std::string line;
   int needed = 0;
@@ -117,8 +123,8 @@ namespace {
 
 // No driver installed: libslice's wrappers answer as the absent library would (shim/hooks.cpp).
 TEST(ShimWithoutDriver, WrappersAnswerAsAnAbsentDriver) {
-  if (void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL); cuda != nullptr ||
-      (cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) != nullptr) {
+  if (void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+      cuda != nullptr || (cuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) != nullptr) {
     dlclose(cuda);
     GTEST_SKIP() << "a libcuda.so.1 is installed here";
   }
@@ -126,8 +132,8 @@ TEST(ShimWithoutDriver, WrappersAnswerAsAnAbsentDriver) {
   ASSERT_NE(lib, nullptr) << dlerror();
   auto cu_init = reinterpret_cast<int (*)(unsigned)>(dlsym(lib, "cuInit"));
   auto cu_alloc = reinterpret_cast<int (*)(unsigned long long*, size_t)>(dlsym(lib, "cuMemAlloc_v2"));
-  auto get_proc = reinterpret_cast<int (*)(const char*, void**, int, unsigned long long, int*)>(
-      dlsym(lib, "cuGetProcAddress_v2"));
+  auto get_proc =
+      reinterpret_cast<int (*)(const char*, void**, int, unsigned long long, int*)>(dlsym(lib, "cuGetProcAddress_v2"));
   auto nvml_init = reinterpret_cast<int (*)()>(dlsym(lib, "nvmlInit_v2"));
   auto nvml_mem = reinterpret_cast<int (*)(void*, void*)>(dlsym(lib, "nvmlDeviceGetMemoryInfo"));
   ASSERT_TRUE(cu_init && cu_alloc && get_proc && nvml_init && nvml_mem);

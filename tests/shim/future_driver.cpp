@@ -13,7 +13,7 @@ __attribute__((visibility("default"))) int cuMemFree_v2(unsigned long long) { re
 __attribute__((visibility("default"))) int cuMemFree(unsigned int) { return 0; }
 
 __attribute__((visibility("default"))) int cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
-                                                                unsigned long long, int* status) {
+                                                               unsigned long long, int* status) {
   *pfn = nullptr;
   if (std::strcmp(symbol, "cuMemAlloc") == 0)
     *pfn = version >= 14000 ? reinterpret_cast<void*>(&cuMemAlloc_v3) : reinterpret_cast<void*>(&cuMemAlloc_v2);
@@ -24,7 +24,7 @@ __attribute__((visibility("default"))) int cuGetProcAddress_v2(const char* symbo
 }
 
 __attribute__((visibility("default"))) int cuGetProcAddress(const char* symbol, void** pfn, int version,
-                                                             unsigned long long flags) {
+                                                            unsigned long long flags) {
   return cuGetProcAddress_v2(symbol, pfn, version, flags, nullptr);
 }
 

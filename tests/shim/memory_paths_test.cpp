@@ -41,7 +41,8 @@ std::uint64_t device_holds() {
 // The tenant's usage as the coordinator counts it (all its processes).
 std::uint64_t tenant_usage(const std::string& tenant) {
   std::string error;
-  for (const slice::TenantView& t : slice::read_coordinator(slice_test::coordinator_dir(), slice_test::policy_dir(), error))
+  for (const slice::TenantView& t :
+       slice::read_coordinator(slice_test::coordinator_dir(), slice_test::policy_dir(), error))
     if (t.name == tenant && !t.gpus.empty()) return t.gpus[0].used_bytes;
   return ~0ull;
 }
@@ -268,8 +269,9 @@ TEST_F(MemoryPaths, HostMemoryPoolsAndHostPlacedManagedMemoryAreNotVram) {
 TEST_F(MemoryPaths, LibslicesOwnNvmlUseChangesNothingTheProgramSees) {
   std::string out;
   const std::string tmp = std::getenv("SLICE_TEST_TMPDIR");
-  EXPECT_EQ(run_child("nvml-balance", {"SIMGPU_STATE=" + tmp + "/nvml-state", "SIMGPU_CONTEXT_BYTES=300Mi",
-                                       "SLICE_COORDINATOR_DIR=" + tmp + "/nvml-coordinator"},
+  EXPECT_EQ(run_child("nvml-balance",
+                      {"SIMGPU_STATE=" + tmp + "/nvml-state", "SIMGPU_CONTEXT_BYTES=300Mi",
+                       "SLICE_COORDINATOR_DIR=" + tmp + "/nvml-coordinator"},
                       &out),
             0)
       << out;
@@ -291,7 +293,8 @@ TEST_F(MemoryPaths, MemoryTheDriverHoldsBeyondTheChargesIsReconciledAndCounts) {
   CUdeviceptr p = 0;
   EXPECT_EQ(cuMemAlloc_v2(&p, 600 * kMiB), CUDA_ERROR_OUT_OF_MEMORY) << "the overhead counts against the cap";
   std::string error;
-  for (const slice::TenantView& t : slice::read_coordinator(slice_test::coordinator_dir(), slice_test::policy_dir(), error)) {
+  for (const slice::TenantView& t :
+       slice::read_coordinator(slice_test::coordinator_dir(), slice_test::policy_dir(), error)) {
     if (t.name != "paths") continue;
     ASSERT_EQ(t.gpus.size(), 1u);
     EXPECT_EQ(t.gpus[0].overhead_bytes, overhead);
@@ -389,7 +392,8 @@ int unseen() {
   cuMemGetInfo_v2(&f, &t);  // reconciles, and cannot
   if (t - f != 64 * kMiB) return child_fail("an overhead was charged where it cannot be measured");
   std::string error;
-  for (const slice::TenantView& v : slice::read_coordinator(slice_test::coordinator_dir(), slice_test::policy_dir(), error))
+  for (const slice::TenantView& v :
+       slice::read_coordinator(slice_test::coordinator_dir(), slice_test::policy_dir(), error))
     for (const slice::ProcessView& p : v.processes)
       if (v.name == "paths" && p.pid == getpid() && p.reconciled.at(0) == slice::Reconciled::unmeasurable)
         std::printf("overhead not measured, as status says\n");

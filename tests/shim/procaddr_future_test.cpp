@@ -16,7 +16,7 @@ namespace {
 using GetProcAddress = int (*)(const char*, void**, int, unsigned long long, int*);
 
 struct Libraries {
-  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);  // the stand-in, from LD_LIBRARY_PATH
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);           // the stand-in, from LD_LIBRARY_PATH
   void* slice = dlopen(std::getenv("LIBSLICE"), RTLD_NOW | RTLD_NOLOAD);  // preloaded
 };
 

@@ -111,15 +111,14 @@ int main(int argc, char** argv) {
       want = dlsym(sim, expected.c_str());
       ++driver_own;
     }
-    const bool ok = want == nullptr ? (rc != CUDA_SUCCESS || pfn == nullptr)
-                                    : (rc == CUDA_SUCCESS && pfn == want);
+    const bool ok = want == nullptr ? (rc != CUDA_SUCCESS || pfn == nullptr) : (rc == CUDA_SUCCESS && pfn == want);
     if (!ok) {
       ++failures;
-      std::fprintf(stderr, "row %d: %s %s %s: expected %s of %s, got rc=%d pfn=%p (want %p)\n", rows,
-                   symbol.c_str(), version.c_str(), flags.c_str(), kind, expected.c_str(), rc, pfn, want);
+      std::fprintf(stderr, "row %d: %s %s %s: expected %s of %s, got rc=%d pfn=%p (want %p)\n", rows, symbol.c_str(),
+                   version.c_str(), flags.c_str(), kind, expected.c_str(), rc, pfn, want);
     }
   }
-  std::printf("%d rows: %d libslice wrappers, %d driver's own, %d not found; %d failures\n", rows, hooked,
-              driver_own, not_found, failures);
+  std::printf("%d rows: %d libslice wrappers, %d driver's own, %d not found; %d failures\n", rows, hooked, driver_own,
+              not_found, failures);
   return failures == 0 && rows == 440 ? 0 : 1;
 }

@@ -78,8 +78,10 @@ inline pid_t spawn_child(const std::string& mode, const std::vector<std::string>
   }
   for (const std::string& change : env_changes) {
     const std::string name = change.substr(0, change.find('=') + 1);
-    if (change == name + "<empty>") env.push_back(name);
-    else if (change.back() != '=') env.push_back(change);
+    if (change == name + "<empty>")
+      env.push_back(name);
+    else if (change.back() != '=')
+      env.push_back(change);
   }
   std::vector<char*> envp;
   for (std::string& e : env) envp.push_back(e.data());
@@ -106,7 +108,8 @@ inline int wait_child(pid_t pid) {
 }
 
 // Runs a child to its end; returns its exit status and output.
-inline int run_child(const std::string& mode, const std::vector<std::string>& env_changes, std::string* output = nullptr) {
+inline int run_child(const std::string& mode, const std::vector<std::string>& env_changes,
+                     std::string* output = nullptr) {
   std::string out_path;
   const int rc = wait_child(spawn_child(mode, env_changes, out_path));
   if (output != nullptr) *output = read_file(out_path);

@@ -107,8 +107,8 @@ class CachingAllocator {
   // Gives the driver back what no block uses (torch.cuda.empty_cache()).
   void empty_cache() {
     if (expandable_) {
-      while (!chunks_.empty() && !blocks_.empty() && blocks_.back().free &&
-             blocks_.back().ptr <= chunks_.back().va && chunks_.back().va + chunks_.back().size <= end_of(blocks_.back())) {
+      while (!chunks_.empty() && !blocks_.empty() && blocks_.back().free && blocks_.back().ptr <= chunks_.back().va &&
+             chunks_.back().va + chunks_.back().size <= end_of(blocks_.back())) {
         const Chunk c = chunks_.back();
         chunks_.pop_back();
         cuMemUnmap(c.va, c.size);
@@ -178,8 +178,10 @@ class CachingAllocator {
     if (mapped_ + size > kRange || !gpu_.map(c.va, size, &c.handle)) return false;
     chunks_.push_back(c);
     mapped_ += size;
-    if (tail != 0) blocks_.back().size += size;
-    else blocks_.push_back({range_, c.va, size, true});
+    if (tail != 0)
+      blocks_.back().size += size;
+    else
+      blocks_.push_back({range_, c.va, size, true});
     return true;
   }
   void coalesce() {
@@ -258,7 +260,7 @@ int vllm() {
   std::size_t free = 0, total = 0;
   cuMemGetInfo_v2(&free, &total);
   CUdeviceptr weights = 0, activations = 0;
-  if (cuMemAlloc_v2(&weights, round_up(total / 5, kChunk))) return 1;  // the model: 20% of what it sees
+  if (cuMemAlloc_v2(&weights, round_up(total / 5, kChunk))) return 1;       // the model: 20% of what it sees
   if (cuMemAlloc_v2(&activations, round_up(total / 10, kChunk))) return 1;  // the profiling run's peak
   cuMemFree_v2(activations);
   cuMemGetInfo_v2(&free, &total);
@@ -294,7 +296,8 @@ int vllm() {
       cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
       for (int k = 0; k < batch; ++k) gpu.kernel(s, 20 * kUs);
       CUgraph g = nullptr;
-      if (cuStreamEndCapture(s, &g) == CUDA_SUCCESS && cuGraphInstantiateWithFlags(&graphs[i].exec, g, 0) == CUDA_SUCCESS)
+      if (cuStreamEndCapture(s, &g) == CUDA_SUCCESS &&
+          cuGraphInstantiateWithFlags(&graphs[i].exec, g, 0) == CUDA_SUCCESS)
         graphs[i].stream = s;
       if (g) cuGraphDestroy(g);
     }

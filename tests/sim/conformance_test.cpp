@@ -81,8 +81,8 @@ nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_v1_t
 nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int* speed);
 nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int* power);
 nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int* limit);
-nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t type,
-                                         nvmlEccCounterType_t counter, unsigned long long* count);
+nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t device, nvmlMemoryErrorType_t type, nvmlEccCounterType_t counter,
+                                         unsigned long long* count);
 nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t* bar1);
 nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int* value);
 nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int* utilization, unsigned int* period_us);
@@ -176,8 +176,8 @@ cuuint64_t pool_attr(CUmemoryPool pool, CUmemPool_attribute attr) {
 // driver: cuInit there reads the settings, as in a new process.
 void InChild(const std::vector<std::pair<std::string, std::string>>& env, const std::function<void()>& body) {
   const char* tmp = std::getenv("SLICE_TEST_TMPDIR");
-  const std::string state = std::string(tmp && *tmp ? tmp : "/tmp") + "/conformance-child-" +
-                            std::to_string(getpid()) + "-" + std::to_string(Clock::now().time_since_epoch().count());
+  const std::string state = std::string(tmp && *tmp ? tmp : "/tmp") + "/conformance-child-" + std::to_string(getpid()) +
+                            "-" + std::to_string(Clock::now().time_since_epoch().count());
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t pid = fork();
@@ -344,9 +344,9 @@ TEST_F(Sim, DeviceIdentityAndAttributes) {
   EXPECT_EQ(9, minor);
   EXPECT_GT(sms, 0);
   EXPECT_EQ(32, warp);
-  for (CUdevice_attribute one : {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY,
-                                 CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
-                                 CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED}) {
+  for (CUdevice_attribute one :
+       {CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY,
+        CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED}) {
     CU(cuDeviceGetAttribute(&attr, one, dev_));
     EXPECT_EQ(1, attr) << "attribute " << one;
   }
@@ -672,9 +672,8 @@ TEST_F(Sim, AllocPitchRoundsTheWidthUpTo512AndChargesPitchTimesHeight) {
     unsigned elem;
     std::size_t pitch;
   };
-  const Case cases[] = {{1, 1, 4, 512},      {100, 7, 4, 512},    {512, 3, 4, 512},
-                        {513, 2, 8, 1024},   {1000, 10, 16, 1024}, {4096, 5, 4, 4096},
-                        {4097, 3, 16, 4608}};
+  const Case cases[] = {{1, 1, 4, 512},       {100, 7, 4, 512},   {512, 3, 4, 512},   {513, 2, 8, 1024},
+                        {1000, 10, 16, 1024}, {4096, 5, 4, 4096}, {4097, 3, 16, 4608}};
   for (const Case& c : cases) {
     const std::size_t before = free_bytes();
     CUdeviceptr p = 0;
@@ -1251,8 +1250,8 @@ TEST_F(Sim, MipmappedArraysAreChargedWhatTheirMemoryRequirementsSay) {
 // ---------------------------------------------------------------------------------------------
 
 TEST_F(SimKernels, LoadPtxCubinAndFatbinByFileAndByBytes) {
-  for (const char* file : {"sample_kernels.ptx", "sample_kernels_sm89.cubin", "sample_kernels_sm80.cubin",
-                           "sample_kernels.fatbin"}) {
+  for (const char* file :
+       {"sample_kernels.ptx", "sample_kernels_sm89.cubin", "sample_kernels_sm80.cubin", "sample_kernels.fatbin"}) {
     SCOPED_TRACE(file);
     std::string bytes = read_bytes(kernel_file(file));
     ASSERT_FALSE(bytes.empty()) << kernel_file(file);
@@ -1478,20 +1477,27 @@ TEST_F(SimKernels, LaunchExCooperativeAndPerThreadStreamVariants) {
   };
   auto sync_s = [&] { return cuStreamSynchronize(s); };
   auto sync_pt = [] { return cuStreamSynchronize_ptsz(nullptr); };
-  timed("cuLaunchKernelEx", [&] { return cuLaunchKernelEx(&config, spin_, args, nullptr); }, sync_s);
+  timed(
+      "cuLaunchKernelEx", [&] { return cuLaunchKernelEx(&config, spin_, args, nullptr); }, sync_s);
   config.attrs = &coop;
   config.numAttrs = 1;
-  timed("cuLaunchKernelEx cooperative", [&] { return cuLaunchKernelEx(&config, spin_, args, nullptr); }, sync_s);
-  timed("cuLaunchCooperativeKernel",
-        [&] { return cuLaunchCooperativeKernel(spin_, 1, 1, 1, 1, 1, 1, 0, s, args); }, sync_s);
-  timed("cuLaunchKernel_ptsz", [&] { return cuLaunchKernel_ptsz(spin_, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr); },
-        sync_pt);
+  timed(
+      "cuLaunchKernelEx cooperative", [&] { return cuLaunchKernelEx(&config, spin_, args, nullptr); }, sync_s);
+  timed(
+      "cuLaunchCooperativeKernel", [&] { return cuLaunchCooperativeKernel(spin_, 1, 1, 1, 1, 1, 1, 0, s, args); },
+      sync_s);
+  timed(
+      "cuLaunchKernel_ptsz", [&] { return cuLaunchKernel_ptsz(spin_, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr); },
+      sync_pt);
   config.hStream = nullptr;  // the per-thread default stream, for the _ptsz variant
-  timed("cuLaunchKernelEx_ptsz", [&] { return cuLaunchKernelEx_ptsz(&config, spin_, args, nullptr); }, sync_pt);
-  timed("cuLaunchCooperativeKernel_ptsz",
-        [&] { return cuLaunchCooperativeKernel_ptsz(spin_, 1, 1, 1, 1, 1, 1, 0, nullptr, args); }, sync_pt);
-  timed("cuLaunchKernel on CU_STREAM_PER_THREAD",
-        [&] { return cuLaunchKernel(spin_, 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD, args, nullptr); }, sync_pt);
+  timed(
+      "cuLaunchKernelEx_ptsz", [&] { return cuLaunchKernelEx_ptsz(&config, spin_, args, nullptr); }, sync_pt);
+  timed(
+      "cuLaunchCooperativeKernel_ptsz",
+      [&] { return cuLaunchCooperativeKernel_ptsz(spin_, 1, 1, 1, 1, 1, 1, 0, nullptr, args); }, sync_pt);
+  timed(
+      "cuLaunchKernel on CU_STREAM_PER_THREAD",
+      [&] { return cuLaunchKernel(spin_, 1, 1, 1, 1, 1, 1, 0, CU_STREAM_PER_THREAD, args, nullptr); }, sync_pt);
   // The per-thread stream is busy while its kernel runs, then idle.
   CU(cuLaunchKernel_ptsz(spin_, 1, 1, 1, 1, 1, 1, 0, nullptr, args, nullptr));
   EXPECT_CU(CUDA_ERROR_NOT_READY, cuStreamQuery_ptsz(nullptr));
@@ -1528,8 +1534,7 @@ TEST_F(SimKernels, StreamOrderAndQuery) {
   CU(cuStreamSynchronize(s));
   EXPECT_CU(CUDA_SUCCESS, cuStreamQuery(s));
   ASSERT_EQ(2, calls.next.load());
-  EXPECT_GE(ms_between(t0, calls.at[0]), 30.0)
-      << "a host function enqueued after a kernel runs after it";
+  EXPECT_GE(ms_between(t0, calls.at[0]), 30.0) << "a host function enqueued after a kernel runs after it";
   EXPECT_LE(calls.at[0], calls.at[1]);
 
   // Legacy NULL stream: work on it waits for earlier work on blocking streams.
@@ -2012,19 +2017,42 @@ class NvmlQueries : public Sim {
 // What monitoring tools (nvitop, nvidia-ml-py) look up by name: a real driver exports all of it, and
 // a missing one is a FunctionNotFound traceback in the tool rather than an N/A.
 TEST_F(NvmlQueries, ExportsWhatMonitoringToolsLookUp) {
-  for (const char* name :
-       {"nvmlDeviceGetCount", "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetHandleByIndex_v2",
-        "nvmlDeviceGetHandleByUUID", "nvmlDeviceGetHandleByUUIDV", "nvmlDeviceGetHandleByPciBusId_v2",
-        "nvmlDeviceGetHandleBySerial", "nvmlDeviceGetClockInfo", "nvmlDeviceGetMaxClockInfo",
-        "nvmlDeviceGetComputeMode", "nvmlDeviceGetPerformanceState", "nvmlDeviceGetPersistenceMode",
-        "nvmlDeviceGetEncoderUtilization", "nvmlDeviceGetDecoderUtilization", "nvmlDeviceGetDisplayActive",
-        "nvmlDeviceGetDisplayMode", "nvmlDeviceGetDriverModel", "nvmlDeviceGetDriverModel_v2",
-        "nvmlDeviceGetFanSpeed", "nvmlDeviceGetTemperature", "nvmlDeviceGetTemperatureV", "nvmlDeviceGetPowerUsage",
-        "nvmlDeviceGetPowerManagementLimit", "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetBAR1MemoryInfo",
-        "nvmlDeviceGetPcieThroughput", "nvmlDeviceGetMigMode", "nvmlDeviceIsMigDeviceHandle",
-        "nvmlDeviceGetMaxMigDeviceCount", "nvmlDeviceGetFieldValues", "nvmlDeviceGetSerial",
-        "nvmlDeviceGetGraphicsRunningProcesses", "nvmlDeviceGetMPSComputeRunningProcesses_v2",
-        "nvmlDeviceGetRunningProcessDetailList", "nvmlDeviceGetConfComputeMemSizeInfo"}) {
+  for (const char* name : {"nvmlDeviceGetCount",
+                           "nvmlDeviceGetCount_v2",
+                           "nvmlDeviceGetHandleByIndex",
+                           "nvmlDeviceGetHandleByIndex_v2",
+                           "nvmlDeviceGetHandleByUUID",
+                           "nvmlDeviceGetHandleByUUIDV",
+                           "nvmlDeviceGetHandleByPciBusId_v2",
+                           "nvmlDeviceGetHandleBySerial",
+                           "nvmlDeviceGetClockInfo",
+                           "nvmlDeviceGetMaxClockInfo",
+                           "nvmlDeviceGetComputeMode",
+                           "nvmlDeviceGetPerformanceState",
+                           "nvmlDeviceGetPersistenceMode",
+                           "nvmlDeviceGetEncoderUtilization",
+                           "nvmlDeviceGetDecoderUtilization",
+                           "nvmlDeviceGetDisplayActive",
+                           "nvmlDeviceGetDisplayMode",
+                           "nvmlDeviceGetDriverModel",
+                           "nvmlDeviceGetDriverModel_v2",
+                           "nvmlDeviceGetFanSpeed",
+                           "nvmlDeviceGetTemperature",
+                           "nvmlDeviceGetTemperatureV",
+                           "nvmlDeviceGetPowerUsage",
+                           "nvmlDeviceGetPowerManagementLimit",
+                           "nvmlDeviceGetTotalEccErrors",
+                           "nvmlDeviceGetBAR1MemoryInfo",
+                           "nvmlDeviceGetPcieThroughput",
+                           "nvmlDeviceGetMigMode",
+                           "nvmlDeviceIsMigDeviceHandle",
+                           "nvmlDeviceGetMaxMigDeviceCount",
+                           "nvmlDeviceGetFieldValues",
+                           "nvmlDeviceGetSerial",
+                           "nvmlDeviceGetGraphicsRunningProcesses",
+                           "nvmlDeviceGetMPSComputeRunningProcesses_v2",
+                           "nvmlDeviceGetRunningProcessDetailList",
+                           "nvmlDeviceGetConfComputeMemSizeInfo"}) {
     EXPECT_NE(nullptr, dlsym(RTLD_DEFAULT, name)) << name << " is not exported";
   }
 }
@@ -2213,9 +2241,8 @@ TEST_F(NvmlQueries, RunningProcessDetailListListsThisProcess) {
   list.procArray = details.data();
   NVML(nvmlDeviceGetRunningProcessDetailList(nvml_dev_, &list));
   const auto end = details.begin() + list.numProcArrayEntries;
-  const auto me = std::find_if(details.begin(), end, [](const nvmlProcessDetail_v1_t& d) {
-    return d.pid == static_cast<unsigned>(getpid());
-  });
+  const auto me = std::find_if(
+      details.begin(), end, [](const nvmlProcessDetail_v1_t& d) { return d.pid == static_cast<unsigned>(getpid()); });
   ASSERT_NE(end, me) << "this process is not listed";
   EXPECT_EQ(t - f, me->usedGpuMemory);
   EXPECT_EQ(0xFFFFFFFFu, me->gpuInstanceId);

@@ -86,8 +86,7 @@ std::uint64_t busy_of(pid_t pid) {
 // Runs n workers with kernels of kernel_us and returns each one's share of a 2 s window.
 std::vector<double> measure_shares(int n, unsigned kernel_us) {
   std::vector<Worker> workers;
-  for (int i = 0; i < n; ++i)
-    workers.push_back(spawn({"--seconds", "3.5", "--kernel-us", std::to_string(kernel_us)}));
+  for (int i = 0; i < n; ++i) workers.push_back(spawn({"--seconds", "3.5", "--kernel-us", std::to_string(kernel_us)}));
   for (auto& w : workers) EXPECT_TRUE(wait_ready(w));
   std::this_thread::sleep_for(500ms);
   std::vector<std::uint64_t> before;

@@ -18,7 +18,7 @@ using slicectl::SampleValue;
 
 TEST(MetricsFormat, LabelValuesAndHelpAreEscaped) {
   EXPECT_EQ(slicectl::escape_label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
-  EXPECT_EQ(slicectl::escape_label_value("plain é"), "plain é");  // UTF-8 passes as it is
+  EXPECT_EQ(slicectl::escape_label_value("plain é"), "plain é");                  // UTF-8 passes as it is
   EXPECT_EQ(slicectl::escape_help("say \"x\" \\ y\nz"), "say \"x\" \\\\ y\\nz");  // quotes stay in HELP
 
   Exposition e;

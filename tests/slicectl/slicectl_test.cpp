@@ -301,8 +301,8 @@ TEST_F(SlicectlTest, HelpDocumentsEveryOption) {
 
   const Result status = slicectl({"status", "--help"});
   EXPECT_EQ(status.rc, 0) << status;
-  for (const char* s : {"usage: slicectl status", "--json", "--coordinator DIR", "memory_limit_bytes",
-                        "compute_used_1s", "null"})
+  for (const char* s :
+       {"usage: slicectl status", "--json", "--coordinator DIR", "memory_limit_bytes", "compute_used_1s", "null"})
     EXPECT_TRUE(contains(status.out, s)) << s << "\n" << status;
 
   const Result set = slicectl({"set", "--help"});
@@ -349,14 +349,17 @@ TEST_F(SlicectlTest, UsageErrorsExitTwoWithUsage) {
 // answer with no tenants and exit 0, so that monitoring and `status --json | jq` work from boot on.
 TEST_F(SlicectlTest, MissingCoordinatorIsAnIdleMachine) {
   const std::string missing = dir_ + "/nothing-here";
-  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
-           {"status", "--coordinator", missing}, {"gc", "--coordinator", missing}, {"usage", "--coordinator", missing}}) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"status", "--coordinator", missing},
+                                             {"gc", "--coordinator", missing},
+                                             {"usage", "--coordinator", missing}}) {
     const Result r = slicectl(args);
     EXPECT_EQ(r.rc, 0) << r;
     EXPECT_EQ(r.err, "") << r;
   }
   const Result table = slicectl({"status", "--coordinator", missing});
-  EXPECT_TRUE(contains(table.out, "coordinator " + missing + ": idle (no libslice process has run with it yet)")) << table;
+  EXPECT_TRUE(contains(table.out, "coordinator " + missing + ": idle (no libslice process has run with it yet)"))
+      << table;
   const Result json = slicectl({"status", "--json", "--coordinator", missing});
   EXPECT_EQ(json.rc, 0) << json;
   EXPECT_TRUE(contains(json.out, "\"idle\":true")) << json;
@@ -397,13 +400,19 @@ TEST_F(SlicectlTest, EmptyCoordinator) {
 }
 
 TEST_F(SlicectlTest, StatusJsonGathersDevicesAcrossTenants) {
-  auto server = holder({"--tenant", "inference", "--device", kDeviceB, "--device", kDeviceA, "--memory", "4Gi",
-                        "--compute", "30", "--limit", "50", "--priority", "high", "--reserve",
-                        "0:" + std::to_string(256 * kMiB), "--reserve", "1:" + std::to_string(kGiB), "--comm",
-                        "server"});
-  auto worker = holder({"--tenant", "inference", "--device", kDeviceA, "--memory", "4Gi", "--compute", "30",
-                        "--limit", "50", "--priority", "high", "--reserve", "0:" + std::to_string(512 * kMiB),
-                        "--comm", "worker"});
+  auto server = holder({"--tenant",   "inference",
+                        "--device",   kDeviceB,
+                        "--device",   kDeviceA,
+                        "--memory",   "4Gi",
+                        "--compute",  "30",
+                        "--limit",    "50",
+                        "--priority", "high",
+                        "--reserve",  "0:" + std::to_string(256 * kMiB),
+                        "--reserve",  "1:" + std::to_string(kGiB),
+                        "--comm",     "server"});
+  auto worker =
+      holder({"--tenant", "inference", "--device", kDeviceA, "--memory", "4Gi", "--compute", "30", "--limit", "50",
+              "--priority", "high", "--reserve", "0:" + std::to_string(512 * kMiB), "--comm", "worker"});
   auto trainer = holder({"--tenant", "training", "--device", kDeviceA, "--reserve", "0:" + std::to_string(2 * kGiB),
                          "--comm", "trainer"});
   const std::string s = json_status();
@@ -412,7 +421,8 @@ TEST_F(SlicectlTest, StatusJsonGathersDevicesAcrossTenants) {
   // Devices in UUID order, whichever tenant met them first; used = the sum over tenants.
   has(std::string("device 0 ") + kGpuA + " \"Fake GPU A\" 25769803776 " + std::to_string(kGiB + 512 * kMiB + 2 * kGiB));
   has(std::string("device 1 ") + kGpuB + " \"Fake GPU B\" 8589934592 " + std::to_string(256 * kMiB));
-  has(std::string("tenant ") + kGpuA + " inference high 4294967296 " + std::to_string(kGiB + 512 * kMiB) + " 30 50 false 0");
+  has(std::string("tenant ") + kGpuA + " inference high 4294967296 " + std::to_string(kGiB + 512 * kMiB) +
+      " 30 50 false 0");
   has(std::string("tenant ") + kGpuA + " training normal null " + std::to_string(2 * kGiB) + " 100 100 false 0");
   has(std::string("tenant ") + kGpuB + " inference high 4294967296 " + std::to_string(256 * kMiB) + " 30 50 false 0");
   has(std::string("compute ") + kGpuA + " inference null null");  // no compute history yet
@@ -434,15 +444,14 @@ TEST_F(SlicectlTest, StatusJsonGathersDevicesAcrossTenants) {
   EXPECT_EQ(same(slicectl({"status", "--json"}, {"SLICE_COORDINATOR_DIR=" + dir_})), plain);
   EXPECT_EQ(same(slicectl({"--coordinator", dir_, "status", "--json"})), plain);
   EXPECT_EQ(same(slicectl({"status", "--json", "--coordinator=" + dir_})), plain);
-  EXPECT_EQ(same(slicectl({"status", "--json", "--coordinator", dir_}, {"SLICE_COORDINATOR_DIR=/nonexistent"})),
-            plain);
+  EXPECT_EQ(same(slicectl({"status", "--json", "--coordinator", dir_}, {"SLICE_COORDINATOR_DIR=/nonexistent"})), plain);
 }
 
 TEST_F(SlicectlTest, StatusTableIsAlignedWithUnits) {
   auto server = holder({"--tenant", "inference", "--device", kDeviceA, "--memory", "4Gi", "--compute", "30", "--limit",
                         "50", "--priority", "high", "--reserve", "0:" + std::to_string(kGiB), "--comm", "server"});
-  auto trainer = holder({"--tenant", "training", "--device", kDeviceA, "--reserve",
-                         "0:" + std::to_string(512 * kMiB), "--comm", "trainer"});
+  auto trainer = holder({"--tenant", "training", "--device", kDeviceA, "--reserve", "0:" + std::to_string(512 * kMiB),
+                         "--comm", "trainer"});
   const std::string t = table_status();
   EXPECT_TRUE(contains(t, "2 tenants on 1 GPU\n")) << t;
   EXPECT_TRUE(contains(t, std::string("GPU 0  Fake GPU A  ") + kGpuA + "  1.5 GiB of 24.0 GiB used (6%)\n")) << t;
@@ -459,8 +468,8 @@ TEST_F(SlicectlTest, StatusTableIsAlignedWithUnits) {
   std::istringstream row(inference);
   std::vector<std::string> cells;
   for (std::string c; row >> c;) cells.push_back(c);
-  const std::vector<std::string> expected = {"inference", "1.0", "GiB", "-", "4.0", "GiB", "25%", "30%", "50%",
-                                             "high", "-", "-"};
+  const std::vector<std::string> expected = {"inference", "1.0", "GiB", "-",    "4.0", "GiB",
+                                             "25%",       "30%", "50%", "high", "-",   "-"};
   EXPECT_EQ(cells, expected) << t;
   EXPECT_TRUE(contains(training, "512.0 MiB")) << t;
   EXPECT_TRUE(contains(training, "none")) << t;
@@ -596,8 +605,8 @@ TEST_F(SlicectlTest, StatusComputeSettingsAreTheSchedulers) {
   const auto published = [&](const std::string& uuid) {
     Entry e = entry("inference", uuid);
     if (e.device == nullptr) return std::string();
-    return std::to_string(e.device->compute_share.load()) + " " + std::to_string(e.device->compute_limit.load()) +
-           " " + std::string(slice::to_string(slice::priority_from_stored(e.device->compute_priority.load())));
+    return std::to_string(e.device->compute_share.load()) + " " + std::to_string(e.device->compute_limit.load()) + " " +
+           std::string(slice::to_string(slice::priority_from_stored(e.device->compute_priority.load())));
   };
   const auto cells_of = [](const std::string& line) {
     std::istringstream row(line);
@@ -640,8 +649,8 @@ TEST_F(SlicectlTest, SetWritesPolicyThatALiveProcessTakes) {
                         "0:" + std::to_string(kGiB), "--comm", "server"});
   ASSERT_EQ(server->ask("cap 0"), std::to_string(4 * kGiB));
 
-  const Result r = slicectl({"set", "inference", "--memory", "1536Mi", "--compute", "30", "--priority", "high",
-                             "--coordinator", dir_});
+  const Result r = slicectl(
+      {"set", "inference", "--memory", "1536Mi", "--compute", "30", "--priority", "high", "--coordinator", dir_});
   ASSERT_EQ(r.rc, 0) << r;
   for (const char* s : {"memory_limit = 1536Mi", "compute_share = 30", "priority = high", "cap 1.5 GiB (uses 1.0 GiB)",
                         "next allocation"})
@@ -661,8 +670,8 @@ TEST_F(SlicectlTest, SetWritesPolicyThatALiveProcessTakes) {
   // finds the policy folder's generation counter within a second (PolicyWatcher looks once a
   // second); from then on every change holds at its next reservation. 1 GiB held, 1.5 GiB cap.
   EXPECT_TRUE(wait_for_cap(*server, 1536 * kMiB));
-  EXPECT_EQ(server->ask("reserve 0 " + std::to_string(kGiB)), "refused " + std::to_string(kGiB) + " " +
-                                                                  std::to_string(1536 * kMiB));
+  EXPECT_EQ(server->ask("reserve 0 " + std::to_string(kGiB)),
+            "refused " + std::to_string(kGiB) + " " + std::to_string(1536 * kMiB));
   EXPECT_EQ(server->ask("reserve 0 " + std::to_string(512 * kMiB)), "ok");
   EXPECT_EQ(server->ask("cap 0"), std::to_string(1536 * kMiB));
 
@@ -677,7 +686,8 @@ TEST_F(SlicectlTest, SetWritesPolicyThatALiveProcessTakes) {
   // Options not given keep their values.
   ASSERT_EQ(slicectl({"set", "inference", "--limit", "60", "--coordinator", dir_}).rc, 0);
   policy = read_file(file);
-  for (const char* line : {"memory_limit = 1536Mi\n", "compute_share = 30\n", "compute_limit = 60\n", "priority = high\n"})
+  for (const char* line :
+       {"memory_limit = 1536Mi\n", "compute_share = 30\n", "compute_limit = 60\n", "priority = high\n"})
     EXPECT_TRUE(contains(policy, line)) << line << "\n" << policy;
 
   // A per-GPU cap wins over --memory there; UUIDs in any case.
@@ -690,7 +700,9 @@ TEST_F(SlicectlTest, SetWritesPolicyThatALiveProcessTakes) {
   EXPECT_EQ(server->ask("cap 0"), std::to_string(2 * kGiB));
   // Removing it lets --memory hold again; a percentage is of the device.
   ASSERT_EQ(slicectl({"set", "inference", "--memory-gpu", std::string(kGpuA) + "=none", "--memory", "25%",
-                      "--coordinator", dir_}).rc, 0);
+                      "--coordinator", dir_})
+                .rc,
+            0);
   EXPECT_FALSE(contains(read_file(file), "memory_limit.")) << read_file(file);
   EXPECT_EQ(server->ask("cap 0"), std::to_string(6 * kGiB));
   // none: the policy's cap goes, the tenant's own (4 GiB) holds again; the rest stays.
@@ -783,10 +795,10 @@ TEST_F(SlicectlTest, IdleMachineListsTheGpusNvmlSees) {
   const Result json = slicectl({"status", "--json", "--coordinator", dir_}, gpu);
   ASSERT_EQ(json.rc, 0) << json;
   EXPECT_EQ(checked_json(json.out).rc, 0) << json;
-  for (const std::string part : {"\"index\":0,\"uuid\":\"GPU-516d696d-6770-4075-8000-000000000000\"",
-                                 "\"index\":1,\"uuid\":\"GPU-516d696d-6770-4075-8000-000000000001\"",
-                                 "\"total_bytes\":8589934592", "\"total_bytes\":4294967296", "\"tenants\":[]",
-                                 "\"idle\":true"})
+  for (const std::string part :
+       {"\"index\":0,\"uuid\":\"GPU-516d696d-6770-4075-8000-000000000000\"",
+        "\"index\":1,\"uuid\":\"GPU-516d696d-6770-4075-8000-000000000001\"", "\"total_bytes\":8589934592",
+        "\"total_bytes\":4294967296", "\"tenants\":[]", "\"idle\":true"})
     EXPECT_TRUE(contains(json.out, part)) << part << "\n" << json;
   const Result table = slicectl({"status", "--coordinator", dir_}, gpu);
   ASSERT_EQ(table.rc, 0) << table;
@@ -795,7 +807,9 @@ TEST_F(SlicectlTest, IdleMachineListsTheGpusNvmlSees) {
   EXPECT_TRUE(contains(table.out, "(no tenant)")) << table;
   const Result metrics = slicectl({"metrics", "--coordinator", dir_}, gpu);
   ASSERT_EQ(metrics.rc, 0) << metrics;
-  EXPECT_TRUE(contains(metrics.out, "slice_device_memory_total_bytes{device=\"1\",uuid=\"GPU-516d696d-6770-4075-8000-000000000001\"")) << metrics;
+  EXPECT_TRUE(contains(
+      metrics.out, "slice_device_memory_total_bytes{device=\"1\",uuid=\"GPU-516d696d-6770-4075-8000-000000000001\""))
+      << metrics;
   EXPECT_FALSE(contains(metrics.out, "\nslice_tenant_")) << metrics;
   // Without NVML: no GPU listed, and why.
   const Result bare = slicectl({"status", "--coordinator", dir_});
@@ -883,8 +897,16 @@ TEST_F(SlicectlTest, SetNeedsRoot) {
 
 TEST_F(SlicectlTest, GcReapsDeadProcesses) {
   const std::vector<std::string> a = {"--tenant", "a", "--device", kDeviceA, "--memory", "2Gi"};
-  auto first = holder([&] { auto v = a; v.insert(v.end(), {"--reserve", "0:" + std::to_string(kGiB)}); return v; }());
-  auto second = holder([&] { auto v = a; v.insert(v.end(), {"--reserve", "0:" + std::to_string(512 * kMiB)}); return v; }());
+  auto first = holder([&] {
+    auto v = a;
+    v.insert(v.end(), {"--reserve", "0:" + std::to_string(kGiB)});
+    return v;
+  }());
+  auto second = holder([&] {
+    auto v = a;
+    v.insert(v.end(), {"--reserve", "0:" + std::to_string(512 * kMiB)});
+    return v;
+  }());
   auto b = holder({"--tenant", "b", "--device", kDeviceA, "--reserve", "0:" + std::to_string(kMiB)});
   first->kill9();
 
@@ -976,8 +998,9 @@ TEST_F(SlicectlTest, UsageReportsWhatTenantsUsedAfterTheyExit) {
   ASSERT_EQ(csv.rc, 0) << csv;
   const std::vector<std::string> lines = lines_of(csv.out);
   ASSERT_EQ(lines.size(), 3u) << csv;
-  EXPECT_EQ(lines[0], "tenant,gpu_uuid,gpu_name,from,to,device_seconds,device_hours,memory_gib_hours,"
-                      "memory_byte_seconds,live_processes");
+  EXPECT_EQ(lines[0],
+            "tenant,gpu_uuid,gpu_name,from,to,device_seconds,device_hours,memory_gib_hours,"
+            "memory_byte_seconds,live_processes");
   const std::vector<std::string> a = csv_cells(line_starting(csv.out, "team-a,"));
   ASSERT_EQ(a.size(), 10u) << csv;
   EXPECT_EQ(a[1], kGpuA);

@@ -54,16 +54,26 @@ int main(int argc, char** argv) {
   std::vector<std::pair<int, std::uint32_t>> compute_gpu;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string opt = argv[i], value = argv[i + 1];
-    if (opt == "--tenant") r.tenant = value;
-    else if (opt == "--device") r.devices.push_back(device_of(value));
-    else if (opt == "--memory") memory = slice::parse_memory_limit(value).value;
-    else if (opt == "--compute") r.compute_share = std::stoul(value);
-    else if (opt == "--limit") r.compute_limit = std::stoul(value);
-    else if (opt == "--compute-gpu") compute_gpu.emplace_back(std::stoi(value), std::stoul(value.substr(value.find(':') + 1)));
-    else if (opt == "--priority") r.priority = slice::parse_priority(value).value.value_or(slice::Priority::normal);
-    else if (opt == "--reserve") reserves.emplace_back(std::stoi(value), std::stoull(value.substr(value.find(':') + 1)));
-    else if (opt == "--comm") prctl(PR_SET_NAME, value.c_str(), 0, 0, 0);
-    else die("unknown option " + opt);
+    if (opt == "--tenant")
+      r.tenant = value;
+    else if (opt == "--device")
+      r.devices.push_back(device_of(value));
+    else if (opt == "--memory")
+      memory = slice::parse_memory_limit(value).value;
+    else if (opt == "--compute")
+      r.compute_share = std::stoul(value);
+    else if (opt == "--limit")
+      r.compute_limit = std::stoul(value);
+    else if (opt == "--compute-gpu")
+      compute_gpu.emplace_back(std::stoi(value), std::stoul(value.substr(value.find(':') + 1)));
+    else if (opt == "--priority")
+      r.priority = slice::parse_priority(value).value.value_or(slice::Priority::normal);
+    else if (opt == "--reserve")
+      reserves.emplace_back(std::stoi(value), std::stoull(value.substr(value.find(':') + 1)));
+    else if (opt == "--comm")
+      prctl(PR_SET_NAME, value.c_str(), 0, 0, 0);
+    else
+      die("unknown option " + opt);
   }
   for (auto& d : r.devices) d.memory = memory;
   for (auto [d, share] : compute_gpu)
@@ -86,15 +96,19 @@ int main(int argc, char** argv) {
       std::cout << "bad device" << std::endl;
     } else if (cmd == "reserve") {
       slice::Refusal why;
-      if (c->reserve(d, bytes, &why)) std::cout << "ok" << std::endl;
-      else std::cout << "refused " << why.usage << " " << why.cap << std::endl;
+      if (c->reserve(d, bytes, &why))
+        std::cout << "ok" << std::endl;
+      else
+        std::cout << "refused " << why.usage << " " << why.cap << std::endl;
     } else if (cmd == "release") {
       c->release(d, bytes);
       std::cout << "ok" << std::endl;
     } else if (cmd == "cap") {
       const std::uint64_t cap = c->cap(d);
-      if (cap == slice::kNoLimit) std::cout << "none" << std::endl;
-      else std::cout << cap << std::endl;
+      if (cap == slice::kNoLimit)
+        std::cout << "none" << std::endl;
+      else
+        std::cout << cap << std::endl;
     } else if (cmd == "publish") {
       const slice::Coordinator::ComputeSettings settings = c->compute(d);
       slice::DeviceEntry& entry = c->device_entry(d);

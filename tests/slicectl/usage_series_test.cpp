@@ -6,10 +6,10 @@
 
 namespace {
 
-using slicectl::ArchivedRecord;
-using slicectl::UsageSeries;
-using slicectl::UsageSegment;
 using slice::UsagePoint;
+using slicectl::ArchivedRecord;
+using slicectl::UsageSegment;
+using slicectl::UsageSeries;
 
 constexpr std::uint64_t kHourMs = 3'600'000;
 constexpr std::uint64_t kT0 = 1'790'000'000'000;  // some wall-clock time, ms
@@ -21,9 +21,12 @@ UsageSegment steady(std::uint64_t start, int hours, double device_per_hour, doub
   UsageSegment s;
   s.started_ms = start;
   for (int h = 0; h <= hours; ++h) {
-    const UsagePoint p{start + h * kHourMs, static_cast<std::uint64_t>(h * device_per_hour * 1e9), h * 3600 * bytes_held};
-    if (h < hours) s.samples.push_back(p);
-    else s.end = p;
+    const UsagePoint p{start + h * kHourMs, static_cast<std::uint64_t>(h * device_per_hour * 1e9),
+                       h * 3600 * bytes_held};
+    if (h < hours)
+      s.samples.push_back(p);
+    else
+      s.end = p;
   }
   return s;
 }

@@ -15,7 +15,8 @@ struct Result {
 };
 
 Result run(const std::string& args, const std::string& env = "") {
-  const std::string cmd = "env -u LD_PRELOAD LIBSLICE_PATH=" PRELOAD_LIBRARY " " + env + " " SLICE_RUN " " + args + " 2>&1";
+  const std::string cmd =
+      "env -u LD_PRELOAD LIBSLICE_PATH=" PRELOAD_LIBRARY " " + env + " " SLICE_RUN " " + args + " 2>&1";
   Result r;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -31,8 +32,9 @@ bool has_line(const std::string& text, const std::string& line) {
 }
 
 TEST(SliceRun, SetsTheVariablesAndPreloadsLibslice) {
-  const Result r = run("--memory 4Gi --compute 30 --limit 50 --priority high --tenant inference "
-                       "--coordinator /run/libslice -- env");
+  const Result r =
+      run("--memory 4Gi --compute 30 --limit 50 --priority high --tenant inference "
+          "--coordinator /run/libslice -- env");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_TRUE(has_line(r.out, "SLICE_MEMORY_LIMIT=4Gi")) << r.out;
   EXPECT_TRUE(has_line(r.out, "SLICE_COMPUTE_SHARE=30")) << r.out;

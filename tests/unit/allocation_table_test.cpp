@@ -314,7 +314,10 @@ void shared_keys_stress(std::size_t capacity, int keys) {
             if (rng() % 50 == 0)
               for (const Charge& c : t.take_owned_by(1 + rng() % 3)) back(c, -1);
             break;
-          case 2: case 3: case 4: case 5:
+          case 2:
+          case 3:
+          case 4:
+          case 5:
             if (const auto c = t.take(key)) back(*c, k);
             break;
           default:
@@ -400,8 +403,7 @@ void same_key_rounds(bool crowded) {
           back[b - id(round, 0)] = true;
       }
       if (absent != 1) fail(std::to_string(absent) + " inserts found the key absent");
-      if (t.size() != (crowded ? kFillers : 1))
-        fail("size " + std::to_string(t.size()) + " (a key there twice?)");
+      if (t.size() != (crowded ? kFillers : 1)) fail("size " + std::to_string(t.size()) + " (a key there twice?)");
       const std::optional<Charge> last = t.take(key(round));
       if (!last || last->bytes < id(round, 0) || last->bytes > id(round, kThreads - 1) ||
           back[last->bytes - id(round, 0)])
@@ -429,7 +431,8 @@ void same_key_rounds(bool crowded) {
           got[th] = t.insert(key(r), Charge{0, id(r, th), 1});
         } else {
           // The taker: now at once, or a little later, to land among the inserts' steps.
-          for (unsigned i = rng() % 3 == 0 ? 0 : rng() % 2000; i > 0; --i) std::atomic_signal_fence(std::memory_order_seq_cst);
+          for (unsigned i = rng() % 3 == 0 ? 0 : rng() % 2000; i > 0; --i)
+            std::atomic_signal_fence(std::memory_order_seq_cst);
           if (rng() % 4 == 0) std::this_thread::yield();
           freed = t.take(filler(r % kFillers));
         }
@@ -471,8 +474,10 @@ TEST(AllocationTableStress, TakeOwnedByWhileOthersInsert) {
         t.insert(key, charge(1, owner));
         if (i % 3 == 0)
           if (const auto c = t.take(key)) {
-            if (c->owner == 1) taken_by_take += c->bytes;
-            else t.insert(key, *c);  // owner 2's stay
+            if (c->owner == 1)
+              taken_by_take += c->bytes;
+            else
+              t.insert(key, *c);  // owner 2's stay
           }
       }
     });

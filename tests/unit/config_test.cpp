@@ -129,8 +129,8 @@ TEST(Config, TheErrorLine) {
 }
 
 TEST(Config, BadValuesAreNeverUnlimited) {
-  for (const char* value : {"", "0", "-1", "12X", "4 Gi", "0x100", "1e9", "1.2.3Gi", "16Ei", "0%", "101%", "unlimited",
-                            "none", "-"}) {
+  for (const char* value :
+       {"", "0", "-1", "12X", "4 Gi", "0x100", "1e9", "1.2.3Gi", "16Ei", "0%", "101%", "unlimited", "none", "-"}) {
     const auto result = parse_config({{"SLICE_MEMORY_LIMIT", value}});
     EXPECT_FALSE(result) << "'" << value << "' was accepted";
     EXPECT_FALSE(result.config.has_value());
@@ -174,7 +174,8 @@ TEST(Config, DeviceSuffixes) {
 }
 
 TEST(Config, TheFirstErrorByNameIsReported) {
-  const auto result = parse_config({{"SLICE_TENANT", "/etc"}, {"SLICE_COMPUTE_LIMIT", "0"}, {"SLICE_MEMORY_LIMIT", "x"}});
+  const auto result =
+      parse_config({{"SLICE_TENANT", "/etc"}, {"SLICE_COMPUTE_LIMIT", "0"}, {"SLICE_MEMORY_LIMIT", "x"}});
   ASSERT_FALSE(result);
   EXPECT_EQ(result.error.variable, "SLICE_COMPUTE_LIMIT");
   EXPECT_EQ(result.error.value, "0");
@@ -254,9 +255,14 @@ TEST(Config, CrashHandlerIsOnUnlessTurnedOff) {
 }
 
 TEST(Environment, FromAnEnvironmentBlock) {
-  const char* const envp[] = {"PATH=/bin",           "SLICE_MEMORY_LIMIT=4Gi", "SLICE_MEMORY_LIMIT=8Gi",
-                              "SLICE_NO_EQUALS",     "SLICE_TENANT=a=b",       "SLICE_LOG_FILE=",
-                              "HOME=/root",          nullptr};
+  const char* const envp[] = {"PATH=/bin",
+                              "SLICE_MEMORY_LIMIT=4Gi",
+                              "SLICE_MEMORY_LIMIT=8Gi",
+                              "SLICE_NO_EQUALS",
+                              "SLICE_TENANT=a=b",
+                              "SLICE_LOG_FILE=",
+                              "HOME=/root",
+                              nullptr};
   const Environment env = slice::slice_environment(envp);
   const Environment expected{{"SLICE_MEMORY_LIMIT", "4Gi"}, {"SLICE_TENANT", "a=b"}, {"SLICE_LOG_FILE", ""}};
   EXPECT_EQ(env, expected);

@@ -71,14 +71,14 @@ TEST(Log, OneLineFormatPerLevel) {
   log::debug("d 4");
   log::write(LogLevel::trace, "t 5");
   log::configure(LogLevel::warn, "");
-  EXPECT_EQ(lines_of(path), (std::vector<std::string>{prefix("error") + "e 1", prefix("warn") + "w 2",
-                                                      prefix("info") + "i 3", prefix("debug") + "d 4",
-                                                      prefix("trace") + "t 5"}));
+  EXPECT_EQ(lines_of(path),
+            (std::vector<std::string>{prefix("error") + "e 1", prefix("warn") + "w 2", prefix("info") + "i 3",
+                                      prefix("debug") + "d 4", prefix("trace") + "t 5"}));
 }
 
 TEST(Log, LevelFilters) {
-  const std::map<LogLevel, std::size_t> expected_lines = {{LogLevel::off, 0},  {LogLevel::error, 1},
-                                                          {LogLevel::warn, 2}, {LogLevel::info, 3},
+  const std::map<LogLevel, std::size_t> expected_lines = {{LogLevel::off, 0},   {LogLevel::error, 1},
+                                                          {LogLevel::warn, 2},  {LogLevel::info, 3},
                                                           {LogLevel::debug, 4}, {LogLevel::trace, 5}};
   for (const auto& [level, count] : expected_lines) {
     const std::string path = scratch("level" + std::to_string(static_cast<int>(level)));
@@ -119,7 +119,8 @@ TEST(Log, RepeatedLinesAreLimitedAndCountedAtExit) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   const auto lines = lines_of(path);
   ASSERT_EQ(lines.size(), log::RepeatFilter::kBurst + 1);
-  for (std::size_t i = 0; i < log::RepeatFilter::kBurst; ++i) EXPECT_TRUE(lines[i].ends_with("] warn: the same warning"));
+  for (std::size_t i = 0; i < log::RepeatFilter::kBurst; ++i)
+    EXPECT_TRUE(lines[i].ends_with("] warn: the same warning"));
   EXPECT_NE(lines.back().find("] warn: the same warning (repeated 990 more times in the last "), std::string::npos)
       << lines.back();
 }

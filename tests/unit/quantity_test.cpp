@@ -15,8 +15,7 @@ using slice::parse_byte_quantity;
 using slice::parse_memory_limit;
 using slice::parse_percent;
 
-constexpr std::uint64_t kKi = 1024, kMi = kKi * kKi, kGi = kMi * kKi, kTi = kGi * kKi, kPi = kTi * kKi,
-                        kEi = kPi * kKi;
+constexpr std::uint64_t kKi = 1024, kMi = kKi * kKi, kGi = kMi * kKi, kTi = kGi * kKi, kPi = kTi * kKi, kEi = kPi * kKi;
 
 // The value, or the reason prefixed with "refused: ", so one EXPECT_EQ shows both sides.
 std::string bytes(std::string_view text) {
@@ -77,8 +76,8 @@ TEST(ByteQuantity, DecimalsRoundDown) {
   EXPECT_EQ(bytes("2.5G"), "2500000000");
   EXPECT_EQ(bytes("0.001K"), "1");
   EXPECT_EQ(bytes("0.0009K"), "0");
-  EXPECT_EQ(bytes("1.000000000000000001E"), "1000000000000000001");  // 18 digits after the point
-  EXPECT_EQ(bytes("0.999999999999999999Ki"), "1023");                // never rounds up
+  EXPECT_EQ(bytes("1.000000000000000001E"), "1000000000000000001");     // 18 digits after the point
+  EXPECT_EQ(bytes("0.999999999999999999Ki"), "1023");                   // never rounds up
   EXPECT_EQ(bytes("15.999999999999999999Ei"), "18446744073709551614");  // floor(2^64 - 1.15)
   EXPECT_EQ(bytes("1.50"), "1");
 }
@@ -126,8 +125,8 @@ TEST(ByteQuantity, RefusedForms) {
 }
 
 TEST(ByteQuantity, UnknownUnits) {
-  for (const char* text : {"12X", "4gi", "4GI", "4gb", "4Gib", "4Gix", "4GiGi", "4Mi5", "1m", "4ki", "4b", "4B",
-                           "4Zi", "1e", "4Gi%", "4%%"}) {
+  for (const char* text : {"12X", "4gi", "4GI", "4gb", "4Gib", "4Gix", "4GiGi", "4Mi5", "1m", "4ki", "4b", "4B", "4Zi",
+                           "1e", "4Gi%", "4%%"}) {
     const std::string why = reason(text);
     EXPECT_EQ(why.rfind("unknown unit '", 0), 0u) << text << ": " << why;
   }
@@ -154,9 +153,9 @@ TEST(MemoryLimit, ResolvesAgainstTheDevice) {
   EXPECT_EQ(parse_memory_limit("25%").value->bytes_on(device), 6 * kGi);
   EXPECT_EQ(parse_memory_limit("100%").value->bytes_on(device), device);
   EXPECT_EQ(parse_memory_limit("12.5%").value->bytes_on(device), 3 * kGi);
-  EXPECT_EQ(parse_memory_limit("33.3333333%").value->bytes_on(100), 33u);  // rounds down
+  EXPECT_EQ(parse_memory_limit("33.3333333%").value->bytes_on(100), 33u);         // rounds down
   EXPECT_EQ(parse_memory_limit("100%").value->bytes_on(UINT64_MAX), UINT64_MAX);  // no overflow inside
-  EXPECT_EQ(parse_memory_limit("4Gi").value->bytes_on(device), 4 * kGi);  // bytes are bytes
+  EXPECT_EQ(parse_memory_limit("4Gi").value->bytes_on(device), 4 * kGi);          // bytes are bytes
 }
 
 TEST(MemoryLimit, Refusals) {

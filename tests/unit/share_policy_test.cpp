@@ -20,8 +20,8 @@ constexpr std::uint64_t kMs = 1'000'000;
 // Simulated time starts at 0; the monotonic clock of a machine that has been up a while does not.
 constexpr std::uint64_t kClockBase = 1000 * 1000 * kMs;
 
-TenantLoad load(std::uint32_t share, std::uint64_t received_ms, bool wants = true,
-                Priority priority = Priority::normal, std::uint32_t limit = 100) {
+TenantLoad load(std::uint32_t share, std::uint64_t received_ms, bool wants = true, Priority priority = Priority::normal,
+                std::uint32_t limit = 100) {
   return TenantLoad{share, limit, priority, received_ms * kMs, wants};
 }
 
@@ -133,8 +133,8 @@ struct SimTenant {
 // Runs `seconds` of simulated time; returns each tenant's share of the device over the last
 // `measure_s` seconds (from the simulated device's own account, the truth). `use_estimate`: the
 // policy sees each tenant's estimator instead of the truth, as libslice does.
-std::vector<double> simulate(std::vector<SimTenant>& tenants, double seconds, double measure_s, bool use_estimate = true,
-                             std::uint64_t slice_ns = 2 * kMs) {
+std::vector<double> simulate(std::vector<SimTenant>& tenants, double seconds, double measure_s,
+                             bool use_estimate = true, std::uint64_t slice_ns = 2 * kMs) {
   const SharePolicy policy;
   const std::uint64_t step = 50'000;  // 50 µs: the watcher's polling interval
   const std::uint64_t end = static_cast<std::uint64_t>(seconds * 1e9);
@@ -153,11 +153,10 @@ std::vector<double> simulate(std::vector<SimTenant>& tenants, double seconds, do
       for (std::size_t j = 0; j < tenants.size(); ++j) {
         if (j == i) continue;
         const SimTenant& o = tenants[j];
-        others.push_back({o.share, o.limit, o.priority, o.window(now, policy.window_ns),
-                          !o.queue.empty() || o.held, !o.queue.empty()});
+        others.push_back({o.share, o.limit, o.priority, o.window(now, policy.window_ns), !o.queue.empty() || o.held,
+                          !o.queue.empty()});
       }
-      const TenantLoad me{t.share, t.limit, t.priority, t.window(now, policy.window_ns), true,
-                          !t.queue.empty()};
+      const TenantLoad me{t.share, t.limit, t.priority, t.window(now, policy.window_ns), true, !t.queue.empty()};
       t.held = policy.decide(me, others) != Verdict::run;
       if (!t.held) t.queue.push_back(t.kernel_ns);
     }

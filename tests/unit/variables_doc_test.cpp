@@ -54,11 +54,11 @@ TEST(VariablesTable, IsWellFormed) {
     EXPECT_EQ(v.unset_text.find('|'), std::string_view::npos) << v.name;
   }
   // The contract (docs/ARCHITECTURE.md) names these, with per-device forms for exactly two.
-  const std::set<std::string_view> contract{"SLICE_MEMORY_LIMIT", "SLICE_COMPUTE_SHARE", "SLICE_COMPUTE_LIMIT",
-                                            "SLICE_PRIORITY",     "SLICE_TENANT",        "SLICE_COORDINATOR_DIR",
-                                            "SLICE_LOG_LEVEL",    "SLICE_LOG_FILE",      "SLICE_DISABLE",
-                                            "SLICE_CRASH_HANDLER",   // issue 6: libslice's crash report
-                                            "SLICE_POLICY_DIR"};     // issue 13: persistent policies
+  const std::set<std::string_view> contract{"SLICE_MEMORY_LIMIT",  "SLICE_COMPUTE_SHARE", "SLICE_COMPUTE_LIMIT",
+                                            "SLICE_PRIORITY",      "SLICE_TENANT",        "SLICE_COORDINATOR_DIR",
+                                            "SLICE_LOG_LEVEL",     "SLICE_LOG_FILE",      "SLICE_DISABLE",
+                                            "SLICE_CRASH_HANDLER",  // issue 6: libslice's crash report
+                                            "SLICE_POLICY_DIR"};    // issue 13: persistent policies
   EXPECT_EQ(names, contract);
   for (const auto& v : slice::kSliceVariables) {
     const bool per_device = v.name == "SLICE_MEMORY_LIMIT" || v.name == "SLICE_COMPUTE_SHARE";
@@ -87,9 +87,10 @@ TEST(VariablesMarkdown, OneRowPerVariableAndPerDeviceForm) {
     EXPECT_EQ(std::count(row.begin(), row.end(), '|'), 4) << row;
   }
   EXPECT_NE(lines[3].find("wins over `SLICE_MEMORY_LIMIT`"), std::string::npos) << lines[3];
-  EXPECT_EQ(lines[2], "| `SLICE_MEMORY_LIMIT` | VRAM cap on every visible device: bytes (`1073741824`), a "
-                      "Kubernetes-style quantity (`512Mi`, `4Gi`, `1.5Gi`, `4G` = 4·10⁹), `MiB`/`GiB` forms, or a "
-                      "percentage of the device (`25%`) | no cap |");
+  EXPECT_EQ(lines[2],
+            "| `SLICE_MEMORY_LIMIT` | VRAM cap on every visible device: bytes (`1073741824`), a "
+            "Kubernetes-style quantity (`512Mi`, `4Gi`, `1.5Gi`, `4G` = 4·10⁹), `MiB`/`GiB` forms, or a "
+            "percentage of the device (`25%`) | no cap |");
 }
 
 TEST(VariablesHelpText, PlainWrappedAndComplete) {
@@ -108,7 +109,8 @@ TEST(VariablesHelpText, PlainWrappedAndComplete) {
   EXPECT_NE(text.find("\n  SLICE_MEMORY_LIMIT_<n> "), std::string::npos);
   for (const std::string& line : lines_of(text)) {
     // Characters, not bytes: the text holds 4·10⁹ and 1–100.
-    const auto width = std::count_if(line.begin(), line.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xc0) != 0x80; });
+    const auto width =
+        std::count_if(line.begin(), line.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xc0) != 0x80; });
     EXPECT_LE(width, 100) << line;
   }
 }

@@ -29,12 +29,11 @@ std::string edits_json(const ContainerEdits& edits, const CdiOptions& options, c
     out += indent + "    {\"hostPath\": " + quoted(m.host_path) + ", \"containerPath\": " + quoted(m.container_path) +
            ", \"options\": " + string_list(mount_options) + "}" + (i + 1 < edits.mounts.size() ? ",\n" : "\n");
   }
-  out += indent + "  ],\n" + indent + "  \"hooks\": [\n" + indent + "    {\"hookName\": \"createRuntime\", \"path\": " +
-         quoted(options.hook_path) + ", \"args\": " +
+  out += indent + "  ],\n" + indent + "  \"hooks\": [\n" + indent +
+         "    {\"hookName\": \"createRuntime\", \"path\": " + quoted(options.hook_path) + ", \"args\": " +
          string_list({"slice-cdi-gen", "--prepare-coordinator", options.paths.host_coordinator_dir, "--policy-dir",
                       options.paths.host_policy_dir}) +
-         "}\n" + indent +
-         "  ]\n" + indent + "}";
+         "}\n" + indent + "  ]\n" + indent + "}";
   return out;
 }
 
@@ -53,17 +52,17 @@ std::string required_cdi_version(const Inventory& inventory) {
 }
 
 std::string cdi_spec_json(const Inventory& inventory, const CdiOptions& options) {
-  std::string out = "{\n  \"cdiVersion\": " + quoted(required_cdi_version(inventory)) + ",\n  \"kind\": " +
-                    quoted(options.kind) + ",\n  \"devices\": [";
+  std::string out = "{\n  \"cdiVersion\": " + quoted(required_cdi_version(inventory)) +
+                    ",\n  \"kind\": " + quoted(options.kind) + ",\n  \"devices\": [";
   bool first = true;
   for (const GpuSlices& g : inventory.gpus()) {
     for (unsigned count = 1; count <= g.slices; ++count) {
       // No SLICE_TENANT: a CDI device may be given to many containers at once, so each process
       // tree becomes its own tenant with the device's limits.
       const ContainerEdits edits = container_edits(inventory, {{g.gpu.uuid, count}}, options.paths, "");
-      out += std::string(first ? "\n" : ",\n") + "    {\n      \"name\": " +
-             quoted(cdi_device_name(g.gpu.index, count, g.slices)) + ",\n      \"containerEdits\": " +
-             edits_json(edits, options, "      ") + "\n    }";
+      out += std::string(first ? "\n" : ",\n") +
+             "    {\n      \"name\": " + quoted(cdi_device_name(g.gpu.index, count, g.slices)) +
+             ",\n      \"containerEdits\": " + edits_json(edits, options, "      ") + "\n    }";
       first = false;
     }
   }

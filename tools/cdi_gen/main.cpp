@@ -33,10 +33,13 @@ constexpr const char* kUsage =
     "  --memory-reserve Q              memory per GPU kept out of the slices, e.g. 512Mi (default 0)\n"
     "  --kind VENDOR/CLASS             the devices' CDI kind (default libslice.io/slice)\n"
     "  --nvml-library PATH             NVML to load (default libnvidia-ml.so.1)\n"
-    "  --coordinator-dir DIR           the host's libslice coordinator folder (default " SLICE_DEFAULT_COORDINATOR_DIR ")\n"
+    "  --coordinator-dir DIR           the host's libslice coordinator folder (default " SLICE_DEFAULT_COORDINATOR_DIR
+    ")\n"
     "  --container-coordinator-dir DIR where containers see it (default /run/libslice)\n"
-    "  --policy-dir DIR                the host's persistent policy folder (default " SLICE_DEFAULT_POLICY_DIR ")\n"
-    "  --container-policy-dir DIR      where containers see it, read-only (default " SLICE_DEFAULT_POLICY_DIR ")\n"
+    "  --policy-dir DIR                the host's persistent policy folder (default " SLICE_DEFAULT_POLICY_DIR
+    ")\n"
+    "  --container-policy-dir DIR      where containers see it, read-only (default " SLICE_DEFAULT_POLICY_DIR
+    ")\n"
     "  --host-lib-dir DIR              host folder with libslice.so and ld.so.preload (default /var/lib/libslice)\n"
     "  --container-lib-dir DIR         where containers see libslice.so (default /usr/local/libslice)\n"
     "  --hook-path PATH                this program's path for the hook (default: where it runs from)\n"
@@ -78,7 +81,8 @@ int main(int argc, char** argv) {
     }
     if (i + 1 >= argc) usage_error(flag.starts_with("--") ? flag + " needs a value" : "unexpected '" + flag + "'");
     const std::string value = argv[++i];
-    if (flag == "--output") output = value;
+    if (flag == "--output")
+      output = value;
     else if (flag == "--slices") {
       char* end = nullptr;
       const long n = std::strtol(value.c_str(), &end, 10);
@@ -95,16 +99,26 @@ int main(int argc, char** argv) {
           value.find('/', slash + 1) != std::string::npos)
         usage_error("--kind '" + value + "' must be VENDOR/CLASS, e.g. libslice.io/slice");
       options.kind = value;
-    } else if (flag == "--nvml-library") nvml_path = value;
-    else if (flag == "--coordinator-dir") options.paths.host_coordinator_dir = absolute(flag, value);
-    else if (flag == "--container-coordinator-dir") options.paths.container_coordinator_dir = absolute(flag, value);
-    else if (flag == "--policy-dir") options.paths.host_policy_dir = absolute(flag, value);
-    else if (flag == "--container-policy-dir") options.paths.container_policy_dir = absolute(flag, value);
-    else if (flag == "--host-lib-dir") options.paths.host_lib_dir = absolute(flag, value);
-    else if (flag == "--container-lib-dir") options.paths.container_lib_dir = absolute(flag, value);
-    else if (flag == "--hook-path") options.hook_path = absolute(flag, value);
-    else if (flag == "--prepare-coordinator") prepare = absolute(flag, value);
-    else usage_error("unknown option '" + flag + "'");
+    } else if (flag == "--nvml-library")
+      nvml_path = value;
+    else if (flag == "--coordinator-dir")
+      options.paths.host_coordinator_dir = absolute(flag, value);
+    else if (flag == "--container-coordinator-dir")
+      options.paths.container_coordinator_dir = absolute(flag, value);
+    else if (flag == "--policy-dir")
+      options.paths.host_policy_dir = absolute(flag, value);
+    else if (flag == "--container-policy-dir")
+      options.paths.container_policy_dir = absolute(flag, value);
+    else if (flag == "--host-lib-dir")
+      options.paths.host_lib_dir = absolute(flag, value);
+    else if (flag == "--container-lib-dir")
+      options.paths.container_lib_dir = absolute(flag, value);
+    else if (flag == "--hook-path")
+      options.hook_path = absolute(flag, value);
+    else if (flag == "--prepare-coordinator")
+      prepare = absolute(flag, value);
+    else
+      usage_error("unknown option '" + flag + "'");
   }
 
   std::string error;
@@ -113,8 +127,9 @@ int main(int argc, char** argv) {
     // make their sources; writing the spec below does, and so does `slicectl prepare` at boot. It
     // makes sure that the live files of tenants that policies manage are root's.
     std::vector<std::string> prepared, problems;
-    const bool ok = geteuid() == 0 ? slice::prepare_machine(prepare, options.paths.host_policy_dir, prepared, problems, error)
-                                   : slice::prepare_coordinator_dir(prepare, error);
+    const bool ok = geteuid() == 0
+                        ? slice::prepare_machine(prepare, options.paths.host_policy_dir, prepared, problems, error)
+                        : slice::prepare_coordinator_dir(prepare, error);
     if (!ok) {
       std::fprintf(stderr, "slice-cdi-gen: cannot prepare %s: %s\n", prepare.c_str(), error.c_str());
       return 1;

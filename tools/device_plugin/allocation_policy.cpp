@@ -42,7 +42,8 @@ std::vector<std::string> preferred_allocation(const Inventory& inventory, const 
                                           : (fits ? static_cast<long long>(free) : -static_cast<long long>(free));
     return std::pair<int, long long>(holds > 0 ? 0 : (fits ? 1 : 2), tightness);
   };
-  std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
 
   for (const std::string& gpu : order) {
     for (const SliceId& s : free_by_gpu[gpu]) {

@@ -18,9 +18,9 @@ struct EditPaths {
   std::string host_coordinator_dir = SLICE_DEFAULT_COORDINATOR_DIR;  // libslice's default, so host processes join too
   std::string container_coordinator_dir = "/run/libslice";
   // The owner's policies: persistent on the node, read-only in the container.
-  std::string host_policy_dir = SLICE_DEFAULT_POLICY_DIR; // libslice's default (SLICE_POLICY_DIR)
+  std::string host_policy_dir = SLICE_DEFAULT_POLICY_DIR;  // libslice's default (SLICE_POLICY_DIR)
   std::string container_policy_dir = SLICE_DEFAULT_POLICY_DIR;
-  std::string host_lib_dir = "/var/lib/libslice";          // libslice.so and ld.so.preload, from the init container
+  std::string host_lib_dir = "/var/lib/libslice";  // libslice.so and ld.so.preload, from the init container
   std::string container_lib_dir = "/usr/local/libslice";
 };
 

@@ -54,7 +54,8 @@ grpc::Status DevicePluginService::GetPreferredAllocation(grpc::ServerContext*,
                                              container.available_deviceids().end());
     const std::vector<std::string> must(container.must_include_deviceids().begin(),
                                         container.must_include_deviceids().end());
-    const std::size_t size = container.allocation_size() > 0 ? static_cast<std::size_t>(container.allocation_size()) : 0;
+    const std::size_t size =
+        container.allocation_size() > 0 ? static_cast<std::size_t>(container.allocation_size()) : 0;
     auto* out = response->add_container_responses();
     for (const std::string& id : preferred_allocation(inventory_, available, must, size)) out->add_deviceids(id);
   }
@@ -88,7 +89,8 @@ grpc::Status DevicePluginService::allocate_container(const v1beta1::ContainerAll
     (*response.mutable_envs())[name] = value;
   }
   if (options_.device_list == DeviceListStrategy::cdi)
-    for (const std::string& uuid : edits.gpu_uuids) response.add_cdi_devices()->set_name(options_.cdi_kind + "=" + uuid);
+    for (const std::string& uuid : edits.gpu_uuids)
+      response.add_cdi_devices()->set_name(options_.cdi_kind + "=" + uuid);
   for (const MountEdit& m : edits.mounts) {
     v1beta1::Mount* mount = response.add_mounts();
     mount->set_host_path(m.host_path);

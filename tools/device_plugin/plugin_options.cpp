@@ -47,7 +47,8 @@ const std::vector<Flag>& flags() {
        [](PluginOptions& o, const std::string& v) {
          return set_qualified(o.resource_name, v, "must be DOMAIN/NAME, e.g. libslice.io/gpu-slice");
        }},
-      {"--slices", "N", "slices per GPU, 1-100; each is 1/N of the GPU's memory (after the reserve) and time (default 4)",
+      {"--slices", "N",
+       "slices per GPU, 1-100; each is 1/N of the GPU's memory (after the reserve) and time (default 4)",
        [](PluginOptions& o, const std::string& v) -> std::optional<std::string> {
          char* end = nullptr;
          const long n = std::strtol(v.c_str(), &end, 10);
@@ -63,7 +64,8 @@ const std::vector<Flag>& flags() {
          o.layout.reserve_bytes = *q.value;
          return std::nullopt;
        }},
-      {"--device-plugin-dir", "DIR", "the kubelet's device-plugin folder, where the plugin's socket goes "
+      {"--device-plugin-dir", "DIR",
+       "the kubelet's device-plugin folder, where the plugin's socket goes "
        "(default /var/lib/kubelet/device-plugins)",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.device_plugin_dir, v); }},
       {"--kubelet-socket", "PATH", "the kubelet's registration socket (default DIR/kubelet.sock)",
@@ -76,12 +78,16 @@ const std::vector<Flag>& flags() {
        }},
       {"--nvml-library", "PATH", "NVML to load (default libnvidia-ml.so.1, found as the loader finds it)",
        [](PluginOptions& o, const std::string& v) { return set_string(o.nvml_library, v); }},
-      {"--device-list-strategy", "envvar|cdi", "how a container is given its GPUs: NVIDIA_VISIBLE_DEVICES with "
+      {"--device-list-strategy", "envvar|cdi",
+       "how a container is given its GPUs: NVIDIA_VISIBLE_DEVICES with "
        "UUIDs (for the NVIDIA container runtime), or CDI device names KIND=UUID (default envvar)",
        [](PluginOptions& o, const std::string& v) -> std::optional<std::string> {
-         if (v == "envvar") o.device_list = DeviceListStrategy::envvar;
-         else if (v == "cdi") o.device_list = DeviceListStrategy::cdi;
-         else return "must be envvar or cdi";
+         if (v == "envvar")
+           o.device_list = DeviceListStrategy::envvar;
+         else if (v == "cdi")
+           o.device_list = DeviceListStrategy::cdi;
+         else
+           return "must be envvar or cdi";
          return std::nullopt;
        }},
       {"--cdi-kind", "KIND", "CDI kind of the GPUs for --device-list-strategy cdi (default nvidia.com/gpu)",
@@ -93,22 +99,26 @@ const std::vector<Flag>& flags() {
          o.single_gpu_only = true;
          return std::nullopt;
        }},
-      {"--coordinator-dir", "DIR", "the node's libslice coordinator folder, shared by every container "
+      {"--coordinator-dir", "DIR",
+       "the node's libslice coordinator folder, shared by every container "
        "(default " SLICE_DEFAULT_COORDINATOR_DIR ")",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.host_coordinator_dir, v); }},
       {"--container-coordinator-dir", "DIR", "where containers see it (default /run/libslice)",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.container_coordinator_dir, v); }},
-      {"--policy-dir", "DIR", "the node's persistent policy folder, where the plugin writes each container's "
+      {"--policy-dir", "DIR",
+       "the node's persistent policy folder, where the plugin writes each container's "
        "limits (default " SLICE_DEFAULT_POLICY_DIR ")",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.host_policy_dir, v); }},
       {"--container-policy-dir", "DIR", "where containers see it, read-only (default " SLICE_DEFAULT_POLICY_DIR ")",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.container_policy_dir, v); }},
       {"--host-lib-dir", "DIR", "node folder holding libslice.so and ld.so.preload (default /var/lib/libslice)",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.host_lib_dir, v); }},
-      {"--container-lib-dir", "DIR", "where containers see libslice.so; ld.so.preload must name "
+      {"--container-lib-dir", "DIR",
+       "where containers see libslice.so; ld.so.preload must name "
        "DIR/libslice.so (default /usr/local/libslice)",
        [](PluginOptions& o, const std::string& v) { return set_absolute(o.paths.container_lib_dir, v); }},
-      {"--tenant-group", "GROUP", "group (name or number) that may write a container's tenant file: "
+      {"--tenant-group", "GROUP",
+       "group (name or number) that may write a container's tenant file: "
        "containers that run as non-root users need it as a supplemental group (default: root only)",
        [](PluginOptions& o, const std::string& v) -> std::optional<std::string> {
          char* end = nullptr;
@@ -157,12 +167,15 @@ std::string plugin_usage() {
       "part of the GPU's memory and time, enforced in the container by libslice.so.\n\n";
   for (const Flag& f : flags()) {
     std::string head = "  " + std::string(f.name) + (f.value.empty() ? "" : " " + std::string(f.value));
-    if (head.size() < 34) head.resize(34, ' ');
-    else head += "\n" + std::string(34, ' ');
+    if (head.size() < 34)
+      head.resize(34, ' ');
+    else
+      head += "\n" + std::string(34, ' ');
     text += head + std::string(f.help) + "\n";
   }
-  text += "  --help                          this text\n\n"
-          "Exit status: 0 after SIGTERM or --list, 1 on a failure to start, 2 on a wrong command line.\n";
+  text +=
+      "  --help                          this text\n\n"
+      "Exit status: 0 after SIGTERM or --list, 1 on a failure to start, 2 on a wrong command line.\n";
   return text;
 }
 
@@ -181,12 +194,12 @@ ParsedOptions parse_plugin_options(int argc, char** argv) {
     const Flag* flag = nullptr;
     for (const Flag& f : flags())
       if (f.name == arg) flag = &f;
-    if (flag == nullptr)
-      return {std::nullopt, 2, "slice-device-plugin: unknown option '" + arg + "' (see --help)"};
+    if (flag == nullptr) return {std::nullopt, 2, "slice-device-plugin: unknown option '" + arg + "' (see --help)"};
     if (flag->value.empty()) {
       if (has_value) return {std::nullopt, 2, "slice-device-plugin: " + arg + " takes no value"};
     } else if (!has_value) {
-      if (i + 1 >= argc) return {std::nullopt, 2, "slice-device-plugin: " + arg + " needs a value (" + std::string(flag->value) + ")"};
+      if (i + 1 >= argc)
+        return {std::nullopt, 2, "slice-device-plugin: " + arg + " needs a value (" + std::string(flag->value) + ")"};
       value = argv[++i];
     }
     if (auto error = flag->set(options, value))

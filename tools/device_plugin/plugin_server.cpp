@@ -20,10 +20,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr auto kWatchPeriod = 200ms;      // how soon a kubelet restart or a signal is noticed
-constexpr auto kRegisterRetry = 1s;       // between attempts while the kubelet is not there
-constexpr auto kRegisterDeadline = 5s;    // for one Register call
-constexpr auto kShutdownGrace = 1s;       // open ListAndWatch streams are cancelled after it
+constexpr auto kWatchPeriod = 200ms;    // how soon a kubelet restart or a signal is noticed
+constexpr auto kRegisterRetry = 1s;     // between attempts while the kubelet is not there
+constexpr auto kRegisterDeadline = 5s;  // for one Register call
+constexpr auto kShutdownGrace = 1s;     // open ListAndWatch streams are cancelled after it
 
 std::atomic<bool> g_stopping{false};
 

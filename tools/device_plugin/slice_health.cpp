@@ -16,8 +16,11 @@ void SliceHealth::check(NvmlLibrary& nvml) {
     if (healthy_[g.gpu.uuid] == now) continue;
     healthy_[g.gpu.uuid] = now;
     ++version_;
-    if (now) spdlog::info("GPU {} ({}) answers NVML again: its {} slices are healthy", g.gpu.index, g.gpu.uuid, g.slices);
-    else spdlog::warn("GPU {} ({}) is lost to NVML ({}): its {} slices are unhealthy", g.gpu.index, g.gpu.uuid, why, g.slices);
+    if (now)
+      spdlog::info("GPU {} ({}) answers NVML again: its {} slices are healthy", g.gpu.index, g.gpu.uuid, g.slices);
+    else
+      spdlog::warn("GPU {} ({}) is lost to NVML ({}): its {} slices are unhealthy", g.gpu.index, g.gpu.uuid, why,
+                   g.slices);
     changed_.notify_all();
   }
 }

@@ -25,8 +25,7 @@ std::optional<SliceId> parse_slice_id(const std::string& id) {
   return SliceId{id.substr(0, at), index};
 }
 
-bool Inventory::build(const std::vector<GpuInfo>& gpus, const SliceLayout& layout, Inventory& out,
-                      std::string& error) {
+bool Inventory::build(const std::vector<GpuInfo>& gpus, const SliceLayout& layout, Inventory& out, std::string& error) {
   if (layout.slices_per_gpu < 1 || layout.slices_per_gpu > kMaxSlicesPerGpu) {
     error = "slices per GPU must be 1 to " + std::to_string(kMaxSlicesPerGpu);
     return false;

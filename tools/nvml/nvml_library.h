@@ -10,9 +10,9 @@
 namespace slice {
 
 struct GpuInfo {
-  unsigned index = 0;        // NVML's index on this node
-  std::string uuid;          // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
-  std::string name;          // "NVIDIA H100 80GB HBM3"
+  unsigned index = 0;  // NVML's index on this node
+  std::string uuid;    // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  std::string name;    // "NVIDIA H100 80GB HBM3"
   std::uint64_t total_bytes = 0;
 };
 

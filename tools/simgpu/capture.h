@@ -32,7 +32,7 @@ struct Capture {
   bool user_graph = false;  // cuStreamBeginCaptureToGraph: the caller's graph, never destroyed here
   Stream* origin = nullptr;
   CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-  std::thread::id thread;   // the thread that began it
+  std::thread::id thread;  // the thread that began it
   bool invalidated = false;
   std::vector<Stream*> streams;  // the origin, then every stream that joined
 };

@@ -28,7 +28,7 @@ class DeviceArena {
   bool contains(const void* p) const;
 
   bool shared() const { return fd_ >= 0; }
-  int fd() const { return fd_; }                         // the memfd of a shared arena, else -1
+  int fd() const { return fd_; }  // the memfd of a shared arena, else -1
   std::uint64_t offset_of(const void* p) const { return reinterpret_cast<std::uintptr_t>(p) - begin_; }
   void* tail() const { return reinterpret_cast<void*>(end_); }  // reserve_shared's tail_bytes
   // A forked child has no mapping of a shared arena: it drops the descriptor and never uses the arena.

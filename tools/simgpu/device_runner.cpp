@@ -115,8 +115,10 @@ std::uint64_t DeviceRunner::run(std::uint64_t ns, std::uint64_t ready_ns) {
     // for it.
     if (clock_ < ready_ns) clock_ = ready_ns;
     if (clock_ >= slice_end_) {
-      if (others_waiting()) hand_over();
-      else slice_end_ = clock_ + slice_ns_;
+      if (others_waiting())
+        hand_over();
+      else
+        slice_end_ = clock_ + slice_ns_;
     }
   }
   while (remaining > 0) {

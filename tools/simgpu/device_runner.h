@@ -31,7 +31,7 @@ class DeviceRunner {
   Machine& machine_;
   DeviceState& device_;
   int index_;
-  std::uint32_t me_;        // slot + 1
+  std::uint32_t me_;  // slot + 1
   std::uint64_t slice_ns_;
   bool held_ = false;
   std::uint64_t clock_ = 0;  // when this process's submitted device work finishes

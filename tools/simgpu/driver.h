@@ -29,7 +29,7 @@ namespace simgpu {
 constexpr int kComputeMajor = 8;
 constexpr int kComputeMinor = 9;
 constexpr int kDriverVersion = 13000;
-constexpr std::uint64_t kDefaultKernelNs = 10'000;   // any kernel that is not a spin kernel
+constexpr std::uint64_t kDefaultKernelNs = 10'000;  // any kernel that is not a spin kernel
 constexpr std::uint64_t kPitchAlignment = 512;
 constexpr std::uint64_t kAllocAlignment = 512;
 
@@ -44,23 +44,23 @@ struct Function;
 struct Op {
   enum class Kind { kernel, host, event_record, wait_event } kind = Kind::host;
   std::uint64_t seq = 0;
-  std::uint64_t enqueued_ns = 0;       // when the host submitted it: a kernel cannot start before
+  std::uint64_t enqueued_ns = 0;  // when the host submitted it: a kernel cannot start before
   std::uint64_t kernel_ns = 0;
-  std::function<void()> host;          // copies, sets, host functions, stream-ordered frees
+  std::function<void()> host;  // copies, sets, host functions, stream-ordered frees
   Event* event = nullptr;
   std::uint64_t event_generation = 0;
 };
 
 struct Stream {
   Context* ctx = nullptr;
-  unsigned flags = 0;           // CU_STREAM_NON_BLOCKING or default
+  unsigned flags = 0;  // CU_STREAM_NON_BLOCKING or default
   int priority = 0;
-  bool legacy = false;          // the context's NULL stream
-  std::deque<Op> queue;         // guarded by g.mu
+  bool legacy = false;   // the context's NULL stream
+  std::deque<Op> queue;  // guarded by g.mu
   bool head_running = false;
-  bool in_busy_list = false;    // listed in its device's streams with work (executor.cpp)
-  std::uint64_t finished_ns = 0; // device time at which its last completed work finished
-  struct Capture* capture = nullptr;     // the capture it takes part in (capture.h), as origin or joined
+  bool in_busy_list = false;                    // listed in its device's streams with work (executor.cpp)
+  std::uint64_t finished_ns = 0;                // device time at which its last completed work finished
+  struct Capture* capture = nullptr;            // the capture it takes part in (capture.h), as origin or joined
   std::vector<struct GraphNode*> capture_deps;  // what its next captured node depends on
   std::uint64_t id = 0;
 };
@@ -68,9 +68,9 @@ struct Stream {
 struct Event {
   Context* ctx = nullptr;
   unsigned flags = 0;
-  std::uint64_t recorded = 0;    // generation of the last record enqueued
-  std::uint64_t completed = 0;   // generation the device has reached
-  std::uint64_t time_ns = 0;     // device time of the completed record
+  std::uint64_t recorded = 0;   // generation of the last record enqueued
+  std::uint64_t completed = 0;  // generation the device has reached
+  std::uint64_t time_ns = 0;    // device time of the completed record
   // Last recorded in a capturing stream: a captured event (capture.h), standing for these nodes of
   // the capture with this id. 0: an ordinary record.
   std::uint64_t captured_id = 0;
@@ -81,9 +81,9 @@ struct Context {
   int device = 0;
   unsigned flags = 0;
   bool primary = false;
-  bool active = true;            // a primary context whose refcount reached 0 is inactive
+  bool active = true;  // a primary context whose refcount reached 0 is inactive
   int primary_refs = 0;
-  std::uint64_t charged = 0;     // SIMGPU_CONTEXT_BYTES held for this context
+  std::uint64_t charged = 0;  // SIMGPU_CONTEXT_BYTES held for this context
   Stream* null_stream = nullptr;
   std::vector<Stream*> streams;  // created streams, not the NULL stream
   std::uint64_t id = 0;
@@ -100,9 +100,9 @@ enum class MemKind { device, managed, host, pool, global, graph, ipc };
 
 struct Allocation {
   std::uintptr_t base = 0;
-  std::size_t size = 0;          // what the application asked for (or the pitch * height)
-  std::size_t mapped = 0;        // the host mapping behind it
-  std::uint64_t charged = 0;     // bytes charged on the device
+  std::size_t size = 0;       // what the application asked for (or the pitch * height)
+  std::size_t mapped = 0;     // the host mapping behind it
+  std::uint64_t charged = 0;  // bytes charged on the device
   MemKind kind = MemKind::device;
   Context* ctx = nullptr;
   int device = 0;
@@ -141,13 +141,27 @@ struct GraphMemoryState;  // drv_graph_memory.cpp
 // The kind of object behind each live handle: a handle of one kind passed where another is expected
 // is refused like a stale one, never reinterpreted.
 enum class HandleKind : std::uint8_t {
-  context, stream, event, module, function, graph, graph_node, graph_exec, mem_pool,
-  physical_allocation, array, mipmapped_array
+  context,
+  stream,
+  event,
+  module,
+  function,
+  graph,
+  graph_node,
+  graph_exec,
+  mem_pool,
+  physical_allocation,
+  array,
+  mipmapped_array
 };
-template <class T> struct HandleKindOf;
-#define SIMGPU_HANDLE_KIND(T, K) \
-  struct T;                      \
-  template <> struct HandleKindOf<T> { static constexpr HandleKind value = HandleKind::K; };
+template <class T>
+struct HandleKindOf;
+#define SIMGPU_HANDLE_KIND(T, K)                       \
+  struct T;                                            \
+  template <>                                          \
+  struct HandleKindOf<T> {                             \
+    static constexpr HandleKind value = HandleKind::K; \
+  };
 SIMGPU_HANDLE_KIND(Context, context)
 SIMGPU_HANDLE_KIND(Stream, stream)
 SIMGPU_HANDLE_KIND(Event, event)
@@ -163,8 +177,8 @@ SIMGPU_HANDLE_KIND(SimMipmappedArray, mipmapped_array)
 #undef SIMGPU_HANDLE_KIND
 
 struct Driver {
-  std::mutex mu;                    // guards everything below except the machine's own atomics
-  std::condition_variable done_cv;  // stream/event progress, for host threads that synchronize
+  std::mutex mu;                         // guards everything below except the machine's own atomics
+  std::condition_variable done_cv;       // stream/event progress, for host threads that synchronize
   std::atomic<bool> initialized{false};  // read without the lock on every call
   CUresult init_error = CUDA_SUCCESS;
   Machine* machine = nullptr;
@@ -174,9 +188,9 @@ struct Driver {
   // machine state, NVML) numbers devices physically; the API converts at its edge.
   int device_count = 0;
   int visible[kMaxDevices] = {};
-  std::unordered_map<const void*, HandleKind> live;  // every live handle and what it is
+  std::unordered_map<const void*, HandleKind> live;       // every live handle and what it is
   std::unordered_map<const void*, HandleKind> destroyed;  // handles destroyed since (see is_live_locked)
-  std::vector<struct Capture*> captures;             // stream captures in progress (capture.h)
+  std::vector<struct Capture*> captures;                  // stream captures in progress (capture.h)
   Context* primary[kMaxDevices] = {};
   MemPool* default_pool[kMaxDevices] = {};
   MemPool* current_pool[kMaxDevices] = {};
@@ -194,31 +208,36 @@ Driver& driver();
 void report_destroyed_use(const char* function, const void* handle);
 
 // --- helpers shared by the API files (g.mu must NOT be held unless the name says so) ---
-CUresult ensure_initialized();                  // CUDA_ERROR_NOT_INITIALIZED before cuInit
-CUresult current_context(Context** out);        // CUDA_ERROR_INVALID_CONTEXT when none
-CUresult current_context_locked(Context** out); // the same with g.mu held (and cuInit done)
+CUresult ensure_initialized();                   // CUDA_ERROR_NOT_INITIALIZED before cuInit
+CUresult current_context(Context** out);         // CUDA_ERROR_INVALID_CONTEXT when none
+CUresult current_context_locked(Context** out);  // the same with g.mu held (and cuInit done)
 // A handle the application hands in: live and of kind T. One that was destroyed (and whose address
 // no new object took since) is also reported as a violation: on the real driver its use is undefined.
-template <class T> bool is_live_locked(const T* handle, const char* function = __builtin_FUNCTION()) {
+template <class T>
+bool is_live_locked(const T* handle, const char* function = __builtin_FUNCTION()) {
   auto it = driver().live.find(handle);
   if (handle && it != driver().live.end() && it->second == HandleKindOf<T>::value) return true;
   if (handle && driver().destroyed.count(handle)) report_destroyed_use(function, handle);
   return false;
 }
 // The same for the simulator's own bookkeeping, which may look at objects it knows can be gone.
-template <class T> bool is_live_quiet_locked(const T* handle) {
+template <class T>
+bool is_live_quiet_locked(const T* handle) {
   auto it = driver().live.find(handle);
   return handle && it != driver().live.end() && it->second == HandleKindOf<T>::value;
 }
-template <class T> bool is_live(const T* handle, const char* function = __builtin_FUNCTION()) {  // takes g.mu
+template <class T>
+bool is_live(const T* handle, const char* function = __builtin_FUNCTION()) {  // takes g.mu
   std::lock_guard<std::mutex> lk(driver().mu);
   return is_live_locked(handle, function);
 }
-template <class T> bool is_live_quiet(const T* handle) {  // takes g.mu
+template <class T>
+bool is_live_quiet(const T* handle) {  // takes g.mu
   std::lock_guard<std::mutex> lk(driver().mu);
   return is_live_quiet_locked(handle);
 }
-template <class T> void add_live_locked(const T* handle) {
+template <class T>
+void add_live_locked(const T* handle) {
   driver().live[handle] = HandleKindOf<T>::value;
   driver().destroyed.erase(handle);
 }
@@ -229,7 +248,7 @@ inline void remove_live_locked(const void* handle) {
   driver().destroyed[handle] = it->second;
   driver().live.erase(it);
 }
-bool valid_device(CUdevice dev);  // a device ordinal of this process
+bool valid_device(CUdevice dev);    // a device ordinal of this process
 int physical_device(CUdevice dev);  // its physical index; -1 when it is not one
 CUdevice ordinal_of(int physical);  // the ordinal of a physical device; -1 when this process does not see it
 
@@ -240,7 +259,7 @@ CUresult unsafe_call_check(const char* function);
 // Streams: resolves 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD for the current context.
 CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out);
 CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream** out);  // g.mu held
-void enqueue_locked(Stream* s, Op op);           // g.mu held
+void enqueue_locked(Stream* s, Op op);                                                   // g.mu held
 void enqueue(Stream* s, Op op);
 // `function`: the API call that synchronises, for the capture rules (capture.h); a context
 // synchronisation the driver does for itself (at a destroy or a free) passes nullptr.
@@ -259,12 +278,12 @@ void* map_host_memory(std::size_t bytes);
 void* map_device_memory(std::size_t bytes);
 void unmap_host_memory(void* p, std::size_t bytes);  // either kind
 class DeviceArena;
-DeviceArena* shared_arena(bool create = true);  // nullptr when it cannot be made (or is not, yet)
+DeviceArena* shared_arena(bool create = true);          // nullptr when it cannot be made (or is not, yet)
 constexpr std::size_t kSharedArenaTailBytes = 1 << 20;  // past the shared arena: the IPC export table
 void forget_device_memory_after_fork();
 bool charge_device(int device, std::uint64_t bytes);
 void uncharge_device(int device, std::uint64_t bytes);
-void pool_trim_at_sync(int device);            // release pooled memory above the threshold
+void pool_trim_at_sync(int device);  // release pooled memory above the threshold
 // CUDA IPC (drv_ipc.cpp), g.mu held: whether cuIpcGetMemHandle accepts the allocation; forget the
 // export of the allocation at `base` (freed); unmap what context `c` opened (destroyed).
 bool ipc_exportable_locked(const Allocation& a);
@@ -286,7 +305,7 @@ const char* error_string(CUresult code);
 // Context creation shared by cuCtxCreate* and the primary context.
 CUresult create_context(int device, unsigned flags, bool primary, Context** out);
 void destroy_context_locked(Context* c);
-void destroy_context_arrays_locked(Context* c);  // drv_array.cpp: the arrays a context owns
+void destroy_context_arrays_locked(Context* c);   // drv_array.cpp: the arrays a context owns
 void destroy_context_modules_locked(Context* c);  // drv_module.cpp: the modules loaded into it
 
 }  // namespace simgpu

@@ -10,14 +10,13 @@
 
 namespace simgpu {
 
-
 struct SimArray {
   CUDA_ARRAY3D_DESCRIPTOR desc{};
   int device = 0;
-  std::uint64_t bytes = 0;   // its size; charged unless it is a deferred-mapping array
+  std::uint64_t bytes = 0;  // its size; charged unless it is a deferred-mapping array
   void* memory = nullptr;
   bool level_of_mipmap = false;
-  Context* ctx = nullptr;    // destroyed with it
+  Context* ctx = nullptr;  // destroyed with it
 };
 
 struct SimMipmappedArray {
@@ -40,10 +39,19 @@ std::uint64_t charge_of(const SimArray* a) { return deferred_mapping(a->desc) ? 
 
 std::uint64_t format_bytes(CUarray_format f) {
   switch (f) {
-    case CU_AD_FORMAT_UNSIGNED_INT8: case CU_AD_FORMAT_SIGNED_INT8: return 1;
-    case CU_AD_FORMAT_UNSIGNED_INT16: case CU_AD_FORMAT_SIGNED_INT16: case CU_AD_FORMAT_HALF: return 2;
-    case CU_AD_FORMAT_UNSIGNED_INT32: case CU_AD_FORMAT_SIGNED_INT32: case CU_AD_FORMAT_FLOAT: return 4;
-    default: return 0;
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+      return 1;
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+      return 2;
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+      return 4;
+    default:
+      return 0;
   }
 }
 

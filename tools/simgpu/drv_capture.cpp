@@ -12,8 +12,9 @@ namespace {
 thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 const char* mode_name(CUstreamCaptureMode m) {
-  return m == CU_STREAM_CAPTURE_MODE_GLOBAL ? "global" : m == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ? "thread-local"
-                                                                                               : "relaxed";
+  return m == CU_STREAM_CAPTURE_MODE_GLOBAL         ? "global"
+         : m == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL ? "thread-local"
+                                                    : "relaxed";
 }
 
 void invalidate_locked(Capture* c) { c->invalidated = true; }
@@ -23,7 +24,8 @@ std::vector<Capture*> blocking_captures_locked(Context* ctx) {
   std::vector<Capture*> found;
   for (Capture* c : driver().captures)
     for (Stream* s : c->streams)
-      if (s->ctx == ctx && !(s->flags & CU_STREAM_NON_BLOCKING) && std::find(found.begin(), found.end(), c) == found.end())
+      if (s->ctx == ctx && !(s->flags & CU_STREAM_NON_BLOCKING) &&
+          std::find(found.begin(), found.end(), c) == found.end())
         found.push_back(c);
   return found;
 }
@@ -276,20 +278,22 @@ CUresult end(CUstream hs, CUgraph* out, bool pt) {
 // cuStreamIsCapturing and cuStreamGetCaptureInfo: the documented way to ask, legal during capture.
 // On the legacy stream while a blocking stream captures they answer CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
 // without invalidating anything.
-CUresult capture_info(CUstream hs, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* graph,
-                      const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* ndeps, bool pt) {
+CUresult capture_info(CUstream hs, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* graph, const CUgraphNode** deps,
+                      const CUgraphEdgeData** edges, size_t* ndeps, bool pt) {
   if (!st) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
   if (CUresult r = resolve_stream(hs, pt, &s)) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
   if (s->legacy && !blocking_captures_locked(s->ctx).empty()) return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
   Capture* c = s->capture;
-  *st = !c ? CU_STREAM_CAPTURE_STATUS_NONE
-           : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  *st = !c               ? CU_STREAM_CAPTURE_STATUS_NONE
+        : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+                         : CU_STREAM_CAPTURE_STATUS_ACTIVE;
   if (id && c) *id = c->id;
   if (graph) *graph = c ? reinterpret_cast<CUgraph>(c->graph) : nullptr;
   // The dependencies: owned by the stream, valid until its next captured call (as documented).
-  if (deps) *deps = c && !s->capture_deps.empty() ? reinterpret_cast<const CUgraphNode*>(s->capture_deps.data()) : nullptr;
+  if (deps)
+    *deps = c && !s->capture_deps.empty() ? reinterpret_cast<const CUgraphNode*>(s->capture_deps.data()) : nullptr;
   if (edges) *edges = nullptr;
   if (ndeps) *ndeps = c ? s->capture_deps.size() : 0;
   return CUDA_SUCCESS;
@@ -299,33 +303,33 @@ CUresult capture_info(CUstream hs, CUstreamCaptureStatus* st, cuuint64_t* id, CU
 
 extern "C" {
 
-#define SIM_CAPTURE_FAMILY(SUFFIX, PT)                                                                         \
-  CUresult cuStreamBeginCapture_v2##SUFFIX(CUstream s, CUstreamCaptureMode m) {                                \
-    return begin(s, m, nullptr, nullptr, 0, PT);                                                               \
-  }                                                                                                            \
-  CUresult cuStreamBeginCapture##SUFFIX(CUstream s) {                                                          \
-    return begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL, nullptr, nullptr, 0, PT);                                    \
-  }                                                                                                            \
-  CUresult cuStreamBeginCaptureToGraph##SUFFIX(CUstream s, CUgraph g, const CUgraphNode* d,                    \
-                                               const CUgraphEdgeData* e, size_t n, CUstreamCaptureMode m) {    \
-    if (e) return CUDA_ERROR_NOT_SUPPORTED; /* edge data is not simulated */                                   \
-    if (!g) return CUDA_ERROR_INVALID_VALUE;                                                                   \
-    return begin(s, m, g, d, n, PT);                                                                           \
-  }                                                                                                            \
-  CUresult cuStreamEndCapture##SUFFIX(CUstream s, CUgraph* g) { return end(s, g, PT); }                        \
-  CUresult cuStreamIsCapturing##SUFFIX(CUstream s, CUstreamCaptureStatus* st) {                                \
-    return capture_info(s, st, nullptr, nullptr, nullptr, nullptr, nullptr, PT);                               \
-  }                                                                                                            \
-  CUresult cuStreamGetCaptureInfo##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id) {             \
-    return capture_info(s, st, id, nullptr, nullptr, nullptr, nullptr, PT);                                    \
-  }                                                                                                            \
-  CUresult cuStreamGetCaptureInfo_v2##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g, \
-                                             const CUgraphNode** d, size_t* n) {                                \
-    return capture_info(s, st, id, g, d, nullptr, n, PT);                                                      \
-  }                                                                                                            \
-  CUresult cuStreamGetCaptureInfo_v3##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g, \
-                                             const CUgraphNode** d, const CUgraphEdgeData** e, size_t* n) {     \
-    return capture_info(s, st, id, g, d, e, n, PT);                                                            \
+#define SIM_CAPTURE_FAMILY(SUFFIX, PT)                                                                                \
+  CUresult cuStreamBeginCapture_v2##SUFFIX(CUstream s, CUstreamCaptureMode m) {                                       \
+    return begin(s, m, nullptr, nullptr, 0, PT);                                                                      \
+  }                                                                                                                   \
+  CUresult cuStreamBeginCapture##SUFFIX(CUstream s) {                                                                 \
+    return begin(s, CU_STREAM_CAPTURE_MODE_GLOBAL, nullptr, nullptr, 0, PT);                                          \
+  }                                                                                                                   \
+  CUresult cuStreamBeginCaptureToGraph##SUFFIX(CUstream s, CUgraph g, const CUgraphNode* d, const CUgraphEdgeData* e, \
+                                               size_t n, CUstreamCaptureMode m) {                                     \
+    if (e) return CUDA_ERROR_NOT_SUPPORTED; /* edge data is not simulated */                                          \
+    if (!g) return CUDA_ERROR_INVALID_VALUE;                                                                          \
+    return begin(s, m, g, d, n, PT);                                                                                  \
+  }                                                                                                                   \
+  CUresult cuStreamEndCapture##SUFFIX(CUstream s, CUgraph* g) { return end(s, g, PT); }                               \
+  CUresult cuStreamIsCapturing##SUFFIX(CUstream s, CUstreamCaptureStatus* st) {                                       \
+    return capture_info(s, st, nullptr, nullptr, nullptr, nullptr, nullptr, PT);                                      \
+  }                                                                                                                   \
+  CUresult cuStreamGetCaptureInfo##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id) {                    \
+    return capture_info(s, st, id, nullptr, nullptr, nullptr, nullptr, PT);                                           \
+  }                                                                                                                   \
+  CUresult cuStreamGetCaptureInfo_v2##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g,       \
+                                             const CUgraphNode** d, size_t* n) {                                      \
+    return capture_info(s, st, id, g, d, nullptr, n, PT);                                                             \
+  }                                                                                                                   \
+  CUresult cuStreamGetCaptureInfo_v3##SUFFIX(CUstream s, CUstreamCaptureStatus* st, cuuint64_t* id, CUgraph* g,       \
+                                             const CUgraphNode** d, const CUgraphEdgeData** e, size_t* n) {           \
+    return capture_info(s, st, id, g, d, e, n, PT);                                                                   \
   }
 
 SIM_CAPTURE_FAMILY(, false)

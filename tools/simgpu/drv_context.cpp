@@ -85,14 +85,14 @@ void destroy_context_locked(Context* c) {
       ++it;
     }
   }
-  destroy_context_arrays_locked(c);  // arrays and mipmapped arrays go with their context too
+  destroy_context_arrays_locked(c);   // arrays and mipmapped arrays go with their context too
   destroy_context_modules_locked(c);  // and its modules, with their globals
   if (c->limits_charged) g.machine->uncharge(c->device, c->limits_charged);
   c->limits_charged = 0;
   c->limits[CU_LIMIT_STACK_SIZE] = kDefaultStack;  // a primary context retained again starts afresh
   c->limits[CU_LIMIT_PRINTF_FIFO_SIZE] = kDefaultPrintfFifo;
   c->limits[CU_LIMIT_MALLOC_HEAP_SIZE] = kDefaultHeap;
-  ipc_close_context_locked(c);       // and the mappings of other processes' memory it opened
+  ipc_close_context_locked(c);  // and the mappings of other processes' memory it opened
   for (Stream* s : std::vector<Stream*>(c->streams)) destroy_stream_locked(s);
   if (c->charged) g.machine->uncharge(c->device, c->charged);
   c->charged = 0;
@@ -288,8 +288,10 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
     return CUDA_SUCCESS;
   }
   if (CUresult r = checked_context_locked(c)) return r;
-  if (t_stack.empty()) t_stack.push_back(c);
-  else t_stack.back() = c;
+  if (t_stack.empty())
+    t_stack.push_back(c);
+  else
+    t_stack.back() = c;
   return CUDA_SUCCESS;
 }
 

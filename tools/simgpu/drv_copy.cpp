@@ -52,14 +52,13 @@ CUresult copy(CUdeviceptr dst, CUdeviceptr src, std::size_t n, bool dst_dev, boo
   if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
   if (dst_dev && check_device_ranges({{dst, n}})) return CUDA_ERROR_INVALID_VALUE;
   if (src_dev && check_device_ranges({{src, n}})) return CUDA_ERROR_INVALID_VALUE;
-  return submit(st, pt, sync, [=] {
-    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
-  });
+  return submit(st, pt, sync,
+                [=] { std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n); });
 }
 
 template <class T>
-CUresult set2d(CUdeviceptr dst, std::size_t pitch, T value, std::size_t width, std::size_t height, CUstream st,
-               bool pt, bool sync) {
+CUresult set2d(CUdeviceptr dst, std::size_t pitch, T value, std::size_t width, std::size_t height, CUstream st, bool pt,
+               bool sync) {
   if (CUresult r = ensure_initialized()) return r;
   if (width == 0 || height == 0) return CUDA_SUCCESS;
   if (height > 1 && pitch < width * sizeof(T)) return CUDA_ERROR_INVALID_VALUE;
@@ -85,14 +84,20 @@ struct Side {
 CUresult side_of(CUmemorytype type, const void* host, CUdeviceptr dev, CUarray array, std::size_t x_bytes,
                  std::size_t y, std::size_t z, std::size_t pitch, std::size_t height, Side& out) {
   switch (type) {
-    case CU_MEMORYTYPE_HOST: out.base = reinterpret_cast<std::uintptr_t>(host); break;
+    case CU_MEMORYTYPE_HOST:
+      out.base = reinterpret_cast<std::uintptr_t>(host);
+      break;
     case CU_MEMORYTYPE_DEVICE:
-    case CU_MEMORYTYPE_UNIFIED: out.base = static_cast<std::uintptr_t>(dev); out.device = true; break;
+    case CU_MEMORYTYPE_UNIFIED:
+      out.base = static_cast<std::uintptr_t>(dev);
+      out.device = true;
+      break;
     case CU_MEMORYTYPE_ARRAY: {
       (void)array;
       return CUDA_ERROR_NOT_SUPPORTED;  // array copies: see drv_array.cpp
     }
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   if (!out.base) return CUDA_ERROR_INVALID_VALUE;
   out.pitch = pitch;
@@ -147,81 +152,79 @@ CUresult copy3d_desc(const CUDA_MEMCPY3D* p, CUstream st, bool pt, bool sync) {
 using namespace simgpu;
 
 // The synchronous copies run on the legacy NULL stream (or the per-thread stream for _ptds).
-#define SIM_COPY_FAMILY(SUFFIX, PT)                                                                          \
-  CUresult cuMemcpy##SUFFIX(CUdeviceptr d, CUdeviceptr s, size_t n) {                                         \
-    return copy(d, s, n, true, true, nullptr, PT, true);                                                     \
-  }                                                                                                            \
-  CUresult cuMemcpyHtoD_v2##SUFFIX(CUdeviceptr d, const void* s, size_t n) {                                 \
-    return copy(d, reinterpret_cast<CUdeviceptr>(s), n, true, false, nullptr, PT, true);                     \
-  }                                                                                                            \
-  CUresult cuMemcpyDtoH_v2##SUFFIX(void* d, CUdeviceptr s, size_t n) {                                       \
-    return copy(reinterpret_cast<CUdeviceptr>(d), s, n, false, true, nullptr, PT, true);                     \
-  }                                                                                                            \
-  CUresult cuMemcpyDtoD_v2##SUFFIX(CUdeviceptr d, CUdeviceptr s, size_t n) {                                 \
-    return copy(d, s, n, true, true, nullptr, PT, true);                                                     \
-  }                                                                                                            \
-  CUresult cuMemcpyPeer##SUFFIX(CUdeviceptr d, CUcontext, CUdeviceptr s, CUcontext, size_t n) {              \
-    return copy(d, s, n, true, true, nullptr, PT, true);                                                     \
-  }                                                                                                            \
-  CUresult cuMemcpy2D_v2##SUFFIX(const CUDA_MEMCPY2D* p) { return copy2d(p, nullptr, PT, true); }            \
-  CUresult cuMemcpy2DUnaligned_v2##SUFFIX(const CUDA_MEMCPY2D* p) { return copy2d(p, nullptr, PT, true); }   \
-  CUresult cuMemcpy3D_v2##SUFFIX(const CUDA_MEMCPY3D* p) { return copy3d_desc(p, nullptr, PT, true); }       \
-  CUresult cuMemsetD8_v2##SUFFIX(CUdeviceptr d, unsigned char v, size_t n) {                                 \
-    return set2d<unsigned char>(d, n, v, n, 1, nullptr, PT, true);                                           \
-  }                                                                                                            \
-  CUresult cuMemsetD16_v2##SUFFIX(CUdeviceptr d, unsigned short v, size_t n) {                               \
-    return set2d<unsigned short>(d, n * 2, v, n, 1, nullptr, PT, true);                                      \
-  }                                                                                                            \
-  CUresult cuMemsetD32_v2##SUFFIX(CUdeviceptr d, unsigned int v, size_t n) {                                 \
-    return set2d<unsigned int>(d, n * 4, v, n, 1, nullptr, PT, true);                                        \
-  }                                                                                                            \
-  CUresult cuMemsetD2D8_v2##SUFFIX(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h) {           \
-    return set2d<unsigned char>(d, p, v, w, h, nullptr, PT, true);                                           \
-  }                                                                                                            \
-  CUresult cuMemsetD2D16_v2##SUFFIX(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h) {         \
-    return set2d<unsigned short>(d, p, v, w, h, nullptr, PT, true);                                          \
-  }                                                                                                            \
-  CUresult cuMemsetD2D32_v2##SUFFIX(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h) {           \
-    return set2d<unsigned int>(d, p, v, w, h, nullptr, PT, true);                                            \
+#define SIM_COPY_FAMILY(SUFFIX, PT)                                                                        \
+  CUresult cuMemcpy##SUFFIX(CUdeviceptr d, CUdeviceptr s, size_t n) {                                      \
+    return copy(d, s, n, true, true, nullptr, PT, true);                                                   \
+  }                                                                                                        \
+  CUresult cuMemcpyHtoD_v2##SUFFIX(CUdeviceptr d, const void* s, size_t n) {                               \
+    return copy(d, reinterpret_cast<CUdeviceptr>(s), n, true, false, nullptr, PT, true);                   \
+  }                                                                                                        \
+  CUresult cuMemcpyDtoH_v2##SUFFIX(void* d, CUdeviceptr s, size_t n) {                                     \
+    return copy(reinterpret_cast<CUdeviceptr>(d), s, n, false, true, nullptr, PT, true);                   \
+  }                                                                                                        \
+  CUresult cuMemcpyDtoD_v2##SUFFIX(CUdeviceptr d, CUdeviceptr s, size_t n) {                               \
+    return copy(d, s, n, true, true, nullptr, PT, true);                                                   \
+  }                                                                                                        \
+  CUresult cuMemcpyPeer##SUFFIX(CUdeviceptr d, CUcontext, CUdeviceptr s, CUcontext, size_t n) {            \
+    return copy(d, s, n, true, true, nullptr, PT, true);                                                   \
+  }                                                                                                        \
+  CUresult cuMemcpy2D_v2##SUFFIX(const CUDA_MEMCPY2D* p) { return copy2d(p, nullptr, PT, true); }          \
+  CUresult cuMemcpy2DUnaligned_v2##SUFFIX(const CUDA_MEMCPY2D* p) { return copy2d(p, nullptr, PT, true); } \
+  CUresult cuMemcpy3D_v2##SUFFIX(const CUDA_MEMCPY3D* p) { return copy3d_desc(p, nullptr, PT, true); }     \
+  CUresult cuMemsetD8_v2##SUFFIX(CUdeviceptr d, unsigned char v, size_t n) {                               \
+    return set2d<unsigned char>(d, n, v, n, 1, nullptr, PT, true);                                         \
+  }                                                                                                        \
+  CUresult cuMemsetD16_v2##SUFFIX(CUdeviceptr d, unsigned short v, size_t n) {                             \
+    return set2d<unsigned short>(d, n * 2, v, n, 1, nullptr, PT, true);                                    \
+  }                                                                                                        \
+  CUresult cuMemsetD32_v2##SUFFIX(CUdeviceptr d, unsigned int v, size_t n) {                               \
+    return set2d<unsigned int>(d, n * 4, v, n, 1, nullptr, PT, true);                                      \
+  }                                                                                                        \
+  CUresult cuMemsetD2D8_v2##SUFFIX(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h) {         \
+    return set2d<unsigned char>(d, p, v, w, h, nullptr, PT, true);                                         \
+  }                                                                                                        \
+  CUresult cuMemsetD2D16_v2##SUFFIX(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h) {       \
+    return set2d<unsigned short>(d, p, v, w, h, nullptr, PT, true);                                        \
+  }                                                                                                        \
+  CUresult cuMemsetD2D32_v2##SUFFIX(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h) {         \
+    return set2d<unsigned int>(d, p, v, w, h, nullptr, PT, true);                                          \
   }
 
-#define SIM_ASYNC_FAMILY(SUFFIX, PT)                                                                         \
-  CUresult cuMemcpyAsync##SUFFIX(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {                      \
-    return copy(d, s, n, true, true, st, PT, false);                                                         \
-  }                                                                                                            \
-  CUresult cuMemcpyHtoDAsync_v2##SUFFIX(CUdeviceptr d, const void* s, size_t n, CUstream st) {               \
-    return copy(d, reinterpret_cast<CUdeviceptr>(s), n, true, false, st, PT, false);                         \
-  }                                                                                                            \
-  CUresult cuMemcpyDtoHAsync_v2##SUFFIX(void* d, CUdeviceptr s, size_t n, CUstream st) {                     \
-    return copy(reinterpret_cast<CUdeviceptr>(d), s, n, false, true, st, PT, false);                         \
-  }                                                                                                            \
-  CUresult cuMemcpyDtoDAsync_v2##SUFFIX(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {               \
-    return copy(d, s, n, true, true, st, PT, false);                                                         \
-  }                                                                                                            \
-  CUresult cuMemcpyPeerAsync##SUFFIX(CUdeviceptr d, CUcontext, CUdeviceptr s, CUcontext, size_t n, CUstream st) { \
-    return copy(d, s, n, true, true, st, PT, false);                                                         \
-  }                                                                                                            \
-  CUresult cuMemcpy2DAsync_v2##SUFFIX(const CUDA_MEMCPY2D* p, CUstream st) { return copy2d(p, st, PT, false); } \
-  CUresult cuMemcpy3DAsync_v2##SUFFIX(const CUDA_MEMCPY3D* p, CUstream st) {                                 \
-    return copy3d_desc(p, st, PT, false);                                                                    \
-  }                                                                                                            \
-  CUresult cuMemsetD8Async##SUFFIX(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {                  \
-    return set2d<unsigned char>(d, n, v, n, 1, st, PT, false);                                               \
-  }                                                                                                            \
-  CUresult cuMemsetD16Async##SUFFIX(CUdeviceptr d, unsigned short v, size_t n, CUstream st) {                \
-    return set2d<unsigned short>(d, n * 2, v, n, 1, st, PT, false);                                          \
-  }                                                                                                            \
-  CUresult cuMemsetD32Async##SUFFIX(CUdeviceptr d, unsigned int v, size_t n, CUstream st) {                  \
-    return set2d<unsigned int>(d, n * 4, v, n, 1, st, PT, false);                                            \
-  }                                                                                                            \
-  CUresult cuMemsetD2D8Async##SUFFIX(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st) { \
-    return set2d<unsigned char>(d, p, v, w, h, st, PT, false);                                               \
-  }                                                                                                            \
-  CUresult cuMemsetD2D16Async##SUFFIX(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream st) { \
-    return set2d<unsigned short>(d, p, v, w, h, st, PT, false);                                              \
-  }                                                                                                            \
-  CUresult cuMemsetD2D32Async##SUFFIX(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream st) { \
-    return set2d<unsigned int>(d, p, v, w, h, st, PT, false);                                                \
+#define SIM_ASYNC_FAMILY(SUFFIX, PT)                                                                                 \
+  CUresult cuMemcpyAsync##SUFFIX(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {                              \
+    return copy(d, s, n, true, true, st, PT, false);                                                                 \
+  }                                                                                                                  \
+  CUresult cuMemcpyHtoDAsync_v2##SUFFIX(CUdeviceptr d, const void* s, size_t n, CUstream st) {                       \
+    return copy(d, reinterpret_cast<CUdeviceptr>(s), n, true, false, st, PT, false);                                 \
+  }                                                                                                                  \
+  CUresult cuMemcpyDtoHAsync_v2##SUFFIX(void* d, CUdeviceptr s, size_t n, CUstream st) {                             \
+    return copy(reinterpret_cast<CUdeviceptr>(d), s, n, false, true, st, PT, false);                                 \
+  }                                                                                                                  \
+  CUresult cuMemcpyDtoDAsync_v2##SUFFIX(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {                       \
+    return copy(d, s, n, true, true, st, PT, false);                                                                 \
+  }                                                                                                                  \
+  CUresult cuMemcpyPeerAsync##SUFFIX(CUdeviceptr d, CUcontext, CUdeviceptr s, CUcontext, size_t n, CUstream st) {    \
+    return copy(d, s, n, true, true, st, PT, false);                                                                 \
+  }                                                                                                                  \
+  CUresult cuMemcpy2DAsync_v2##SUFFIX(const CUDA_MEMCPY2D* p, CUstream st) { return copy2d(p, st, PT, false); }      \
+  CUresult cuMemcpy3DAsync_v2##SUFFIX(const CUDA_MEMCPY3D* p, CUstream st) { return copy3d_desc(p, st, PT, false); } \
+  CUresult cuMemsetD8Async##SUFFIX(CUdeviceptr d, unsigned char v, size_t n, CUstream st) {                          \
+    return set2d<unsigned char>(d, n, v, n, 1, st, PT, false);                                                       \
+  }                                                                                                                  \
+  CUresult cuMemsetD16Async##SUFFIX(CUdeviceptr d, unsigned short v, size_t n, CUstream st) {                        \
+    return set2d<unsigned short>(d, n * 2, v, n, 1, st, PT, false);                                                  \
+  }                                                                                                                  \
+  CUresult cuMemsetD32Async##SUFFIX(CUdeviceptr d, unsigned int v, size_t n, CUstream st) {                          \
+    return set2d<unsigned int>(d, n * 4, v, n, 1, st, PT, false);                                                    \
+  }                                                                                                                  \
+  CUresult cuMemsetD2D8Async##SUFFIX(CUdeviceptr d, size_t p, unsigned char v, size_t w, size_t h, CUstream st) {    \
+    return set2d<unsigned char>(d, p, v, w, h, st, PT, false);                                                       \
+  }                                                                                                                  \
+  CUresult cuMemsetD2D16Async##SUFFIX(CUdeviceptr d, size_t p, unsigned short v, size_t w, size_t h, CUstream st) {  \
+    return set2d<unsigned short>(d, p, v, w, h, st, PT, false);                                                      \
+  }                                                                                                                  \
+  CUresult cuMemsetD2D32Async##SUFFIX(CUdeviceptr d, size_t p, unsigned int v, size_t w, size_t h, CUstream st) {    \
+    return set2d<unsigned int>(d, p, v, w, h, st, PT, false);                                                        \
   }
 
 extern "C" {

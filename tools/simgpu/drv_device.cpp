@@ -35,9 +35,12 @@ __attribute__((destructor)) void on_unload() {
 Driver& driver() { return *g_driver; }
 
 void report_destroyed_use(const char* function, const void* handle) {
-  static const char* const kNames[] = {"context", "stream", "event", "module", "function", "graph", "graph node",
-                                       "executable graph", "memory pool", "physical allocation", "array",
-                                       "mipmapped array"};
+  static const char* const kNames[] = {"context",     "stream",
+                                       "event",       "module",
+                                       "function",    "graph",
+                                       "graph node",  "executable graph",
+                                       "memory pool", "physical allocation",
+                                       "array",       "mipmapped array"};
   const auto it = driver().destroyed.find(handle);
   const char* kind = it == driver().destroyed.end() ? "handle" : kNames[static_cast<int>(it->second)];
   report_violation(function, std::string("use of a destroyed ") + kind);
@@ -61,7 +64,6 @@ CUresult ensure_initialized() {
   if (g.initialized) return CUDA_SUCCESS;
   return g.init_error != CUDA_SUCCESS ? g.init_error : CUDA_ERROR_NOT_INITIALIZED;
 }
-
 
 }  // namespace simgpu
 

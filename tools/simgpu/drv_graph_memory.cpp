@@ -36,15 +36,15 @@ namespace simgpu {
 
 struct GraphMemBlock {
   std::uintptr_t base = 0;
-  std::size_t size = 0;        // bytesize as asked
-  std::size_t footprint = 0;   // the physical memory it takes: the size rounded up to 512
+  std::size_t size = 0;       // bytesize as asked
+  std::size_t footprint = 0;  // the physical memory it takes: the size rounded up to 512
   int device = 0;
-  Graph* owner = nullptr;      // the graph of its allocation node, while that graph lives
-  GraphExec* exec = nullptr;   // the executable graph made from that graph, while it lives
-  bool freed_in_owner = false; // the owning graph has a free node for it
+  Graph* owner = nullptr;        // the graph of its allocation node, while that graph lives
+  GraphExec* exec = nullptr;     // the executable graph made from that graph, while it lives
+  bool freed_in_owner = false;   // the owning graph has a free node for it
   bool freed_elsewhere = false;  // another graph has one
-  bool live = false;           // allocated by a launch and not freed since: an Allocation record exists
-  bool mapped = false;         // physical memory is behind it, counted in its device pool's `used`
+  bool live = false;             // allocated by a launch and not freed since: an Allocation record exists
+  bool mapped = false;           // physical memory is behind it, counted in its device pool's `used`
 };
 
 namespace {
@@ -56,7 +56,9 @@ struct GraphMemPool {
   std::uint64_t used_high = 0;
 };
 
-std::uint64_t chunk_round(std::uint64_t v) { return (v + kMemoryGranularity - 1) / kMemoryGranularity * kMemoryGranularity; }
+std::uint64_t chunk_round(std::uint64_t v) {
+  return (v + kMemoryGranularity - 1) / kMemoryGranularity * kMemoryGranularity;
+}
 
 }  // namespace
 
@@ -102,7 +104,8 @@ void end_allocation_locked(GraphMemBlock* b) {
   maybe_release_block_locked(b);
 }
 
-template <class F> void for_each_alloc_block(GraphExec* exec, F&& f) {
+template <class F>
+void for_each_alloc_block(GraphExec* exec, F&& f) {
   for (GraphNode& n : exec->nodes)
     if (n.type == CU_GRAPH_NODE_TYPE_MEM_ALLOC && n.block) f(n.block.get());
 }
@@ -158,8 +161,10 @@ void graph_add_free_node_locked(GraphNode* node, CUdeviceptr dptr) {
   GraphMemBlock* b = find_block_locked(static_cast<std::uintptr_t>(dptr));
   node->free_ptr = dptr;
   node->graph->has_memory_nodes = true;
-  if (b->owner == node->graph) b->freed_in_owner = true;
-  else b->freed_elsewhere = true;
+  if (b->owner == node->graph)
+    b->freed_in_owner = true;
+  else
+    b->freed_elsewhere = true;
 }
 
 void graph_attach_alloc_node_locked(GraphNode* node, const CUDA_MEM_ALLOC_NODE_PARAMS& p,
@@ -374,11 +379,20 @@ CUresult cuDeviceGetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, v
   const GraphMemPool& pool = state_locked().pools[dev];
   auto* v = static_cast<cuuint64_t*>(value);
   switch (attr) {
-    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT: *v = pool.used; break;
-    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: *v = pool.used_high; break;
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT: *v = pool.reserved; break;
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: *v = pool.reserved_high; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT:
+      *v = pool.used;
+      break;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+      *v = pool.used_high;
+      break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT:
+      *v = pool.reserved;
+      break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      *v = pool.reserved_high;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
@@ -393,9 +407,14 @@ CUresult cuDeviceSetGraphMemAttribute(CUdevice dev, CUgraphMem_attribute attr, v
   // Only the high watermarks can be set, and "can only be reset to zero".
   if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
   switch (attr) {
-    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH: pool.used_high = pool.used; break;
-    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH: pool.reserved_high = pool.reserved; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    case CU_GRAPH_MEM_ATTR_USED_MEM_HIGH:
+      pool.used_high = pool.used;
+      break;
+    case CU_GRAPH_MEM_ATTR_RESERVED_MEM_HIGH:
+      pool.reserved_high = pool.reserved;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }

@@ -38,10 +38,10 @@ constexpr std::uint32_t kMaxExports = 8192;
 // first when the allocation goes. `check` lets an importer that reads a half-written entry see it.
 // Plain data: the importer reads it with pread, the exporter publishes `id` through atomic_ref.
 struct ExportEntry {
-  std::uint64_t id;               // 0: free
-  std::uint64_t offset;           // of the allocation in the memfd
-  std::uint64_t size;             // as the application asked for it (cuMemGetAddressRange)
-  std::uint64_t mapped;           // bytes behind it (the size rounded up to 512)
+  std::uint64_t id;      // 0: free
+  std::uint64_t offset;  // of the allocation in the memfd
+  std::uint64_t size;    // as the application asked for it (cuMemGetAddressRange)
+  std::uint64_t mapped;  // bytes behind it (the size rounded up to 512)
   std::int64_t device;
   std::uint64_t check;
 };
@@ -87,9 +87,9 @@ struct Import {
 struct IpcState {
   ExportTable* table = nullptr;  // in the shared arena's tail; made on the first export
   std::uint64_t next_id = 1;
-  std::uint32_t cursor = 0;                              // where the search for a free entry starts
-  std::map<std::uintptr_t, std::uint32_t> exported;      // allocation base -> entry index
-  std::map<std::uintptr_t, Import> imports;              // pointer given to the application -> mapping
+  std::uint32_t cursor = 0;                          // where the search for a free entry starts
+  std::map<std::uintptr_t, std::uint32_t> exported;  // allocation base -> entry index
+  std::map<std::uintptr_t, Import> imports;          // pointer given to the application -> mapping
 };
 
 namespace {
@@ -231,12 +231,13 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle, unsign
   // Check that the descriptor is the exporter's memfd and the entry still holds this export.
   std::uint64_t header[2] = {};
   ExportEntry e{};
-  const off_t entry_at = static_cast<off_t>(h.table_offset + offsetof(ExportTable, entries) + h.index * sizeof(ExportEntry));
+  const off_t entry_at =
+      static_cast<off_t>(h.table_offset + offsetof(ExportTable, entries) + h.index * sizeof(ExportEntry));
   const bool valid = pread(fd, header, sizeof header, static_cast<off_t>(h.table_offset)) == sizeof header &&
                      header[0] == kTableMagic && header[1] == h.nonce &&
-                     pread(fd, &e, sizeof e, entry_at) == static_cast<ssize_t>(sizeof e) &&
-                     e.id == h.id && e.check == entry_check(h.id, e.offset, e.size, e.mapped, e.device) &&
-                     e.size > 0 && e.mapped >= e.size && e.offset + e.mapped <= h.table_offset;
+                     pread(fd, &e, sizeof e, entry_at) == static_cast<ssize_t>(sizeof e) && e.id == h.id &&
+                     e.check == entry_check(h.id, e.offset, e.size, e.mapped, e.device) && e.size > 0 &&
+                     e.mapped >= e.size && e.offset + e.mapped <= h.table_offset;
   if (!valid) {
     close(fd);
     return CUDA_ERROR_INVALID_VALUE;  // freed since (or never exported): nothing to open

@@ -81,8 +81,8 @@ Graph* clone_graph_locked(const Graph& from) {
 
 namespace {
 
-CUresult check_launch_locked(Function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                             unsigned bz, unsigned shmem) {
+CUresult check_launch_locked(Function* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                             unsigned shmem) {
   if (!is_live_locked(f)) return CUDA_ERROR_INVALID_HANDLE;
   if (!gx || !gy || !gz || !bx || !by || !bz) return CUDA_ERROR_INVALID_VALUE;
   if (gx > 2147483647u || gy > 65535 || gz > 65535) return CUDA_ERROR_INVALID_VALUE;
@@ -267,19 +267,19 @@ using namespace simgpu;
 
 extern "C" {
 
-#define SIM_LAUNCH_FAMILY(SUFFIX, PT)                                                                          \
-  CUresult cuLaunchKernel##SUFFIX(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
-                                  unsigned bz, unsigned shmem, CUstream s, void** params, void** extra) {       \
-    return launch(reinterpret_cast<Function*>(f), gx, gy, gz, bx, by, bz, shmem, s, params, extra, PT);          \
-  }                                                                                                              \
-  CUresult cuLaunchCooperativeKernel##SUFFIX(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,  \
+#define SIM_LAUNCH_FAMILY(SUFFIX, PT)                                                                               \
+  CUresult cuLaunchKernel##SUFFIX(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,    \
+                                  unsigned bz, unsigned shmem, CUstream s, void** params, void** extra) {           \
+    return launch(reinterpret_cast<Function*>(f), gx, gy, gz, bx, by, bz, shmem, s, params, extra, PT);             \
+  }                                                                                                                 \
+  CUresult cuLaunchCooperativeKernel##SUFFIX(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,      \
                                              unsigned by, unsigned bz, unsigned shmem, CUstream s, void** params) { \
-    return launch(reinterpret_cast<Function*>(f), gx, gy, gz, bx, by, bz, shmem, s, params, nullptr, PT);        \
-  }                                                                                                              \
-  CUresult cuLaunchKernelEx##SUFFIX(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {       \
-    return launch_ex(c, f, params, extra, PT);                                                                   \
-  }                                                                                                              \
-  CUresult cuGraphLaunch##SUFFIX(CUgraphExec e, CUstream s) { return graph_launch(e, s, PT); }                  \
+    return launch(reinterpret_cast<Function*>(f), gx, gy, gz, bx, by, bz, shmem, s, params, nullptr, PT);           \
+  }                                                                                                                 \
+  CUresult cuLaunchKernelEx##SUFFIX(const CUlaunchConfig* c, CUfunction f, void** params, void** extra) {           \
+    return launch_ex(c, f, params, extra, PT);                                                                      \
+  }                                                                                                                 \
+  CUresult cuGraphLaunch##SUFFIX(CUgraphExec e, CUstream s) { return graph_launch(e, s, PT); }                      \
   CUresult cuGraphUpload##SUFFIX(CUgraphExec e, CUstream s) { return graph_upload(e, s, PT); }
 
 SIM_LAUNCH_FAMILY(, false)
@@ -293,7 +293,8 @@ CUresult cuFuncSetBlockShape(CUfunction hf, int x, int y, int z) {
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* f = reinterpret_cast<Function*>(hf);
   if (!is_live_locked(f)) return CUDA_ERROR_INVALID_HANDLE;
-  f->block[0] = static_cast<unsigned>(x), f->block[1] = static_cast<unsigned>(y), f->block[2] = static_cast<unsigned>(z);
+  f->block[0] = static_cast<unsigned>(x), f->block[1] = static_cast<unsigned>(y),
+  f->block[2] = static_cast<unsigned>(z);
   return CUDA_SUCCESS;
 }
 
@@ -327,7 +328,9 @@ CUresult cuParamSetv(CUfunction hf, int offset, void* ptr, unsigned int bytes) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuParamSeti(CUfunction hf, int offset, unsigned int value) { return cuParamSetv(hf, offset, &value, sizeof value); }
+CUresult cuParamSeti(CUfunction hf, int offset, unsigned int value) {
+  return cuParamSetv(hf, offset, &value, sizeof value);
+}
 CUresult cuParamSetf(CUfunction hf, int offset, float value) { return cuParamSetv(hf, offset, &value, sizeof value); }
 
 CUresult cuLaunchGridAsync(CUfunction hf, int grid_width, int grid_height, CUstream hs) {
@@ -500,15 +503,16 @@ CUresult cuGraphAddChildGraphNode(CUgraphNode* out, CUgraph g, const CUgraphNode
 }
 
 // cuGraphAddNode: child graph nodes only (the other kinds have their own calls here).
-CUresult cuGraphAddNode_v2(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* edges,
-                           size_t n, CUgraphNodeParams* params) {
+CUresult cuGraphAddNode_v2(CUgraphNode* out, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n,
+                           CUgraphNodeParams* params) {
   if (!params) return CUDA_ERROR_INVALID_VALUE;
   if (edges) return CUDA_ERROR_NOT_SUPPORTED;
   if (params->type != CU_GRAPH_NODE_TYPE_GRAPH) return CUDA_ERROR_NOT_SUPPORTED;
   const CUgraphChildGraphNodeOwnership own = params->graph.ownership;
   if (own != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE && own != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE)
     return CUDA_ERROR_INVALID_VALUE;
-  const CUresult r = add_child_graph_node(out, g, deps, n, params->graph.graph, own == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE);
+  const CUresult r =
+      add_child_graph_node(out, g, deps, n, params->graph.graph, own == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE);
   if (r == CUDA_SUCCESS) {
     std::lock_guard<std::mutex> lk(driver().mu);
     params->graph.graph = reinterpret_cast<CUgraph>(reinterpret_cast<GraphNode*>(*out)->child);  // the owned graph
@@ -588,8 +592,10 @@ CUresult cuGraphExecDestroy(CUgraphExec he) {
   // stays with this one until that launch ends.
   if (exec->graph && exec->graph->instance == exec) exec->graph->instance = nullptr;
   exec->graph = nullptr;
-  if (exec->in_flight > 0) exec->destroyed = true;
-  else delete_exec_locked(exec);
+  if (exec->in_flight > 0)
+    exec->destroyed = true;
+  else
+    delete_exec_locked(exec);
   return CUDA_SUCCESS;
 }
 

@@ -16,9 +16,12 @@ int target_of(const CUmemLocation& where) {
   switch (where.type) {
     case CU_MEM_LOCATION_TYPE_HOST:
     case CU_MEM_LOCATION_TYPE_HOST_NUMA:
-    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT: return kHost;
-    case CU_MEM_LOCATION_TYPE_DEVICE: return valid_device(where.id) ? physical_device(where.id) : -2;
-    default: return -2;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+      return kHost;
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+      return valid_device(where.id) ? physical_device(where.id) : -2;
+    default:
+      return -2;
   }
 }
 
@@ -59,14 +62,15 @@ CUresult advise(CUdeviceptr ptr, std::size_t count, CUmem_advise advice, const C
   Allocation* a = find_allocation_locked(static_cast<std::uintptr_t>(ptr));
   if (!a || a->kind != MemKind::managed) return CUDA_ERROR_INVALID_VALUE;
   const int target = target_of(where);
-  const bool needs_location = advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION || advice == CU_MEM_ADVISE_SET_ACCESSED_BY ||
-                              advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY;
+  const bool needs_location = advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION ||
+                              advice == CU_MEM_ADVISE_SET_ACCESSED_BY || advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY;
   if (needs_location && target == -2) return CUDA_ERROR_INVALID_DEVICE;
   if (advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION) place_locked(*a, static_cast<std::uintptr_t>(ptr), count, target);
   return CUDA_SUCCESS;
 }
 
-CUresult prefetch(CUdeviceptr ptr, std::size_t count, const CUmemLocation& where, unsigned flags, CUstream hs, bool pt) {
+CUresult prefetch(CUdeviceptr ptr, std::size_t count, const CUmemLocation& where, unsigned flags, CUstream hs,
+                  bool pt) {
   if (CUresult r = ensure_initialized()) return r;
   if (count == 0 || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   Stream* s = nullptr;
@@ -99,7 +103,8 @@ CUresult cuMemPrefetchAsync_v2(CUdeviceptr ptr, size_t count, CUmemLocation wher
   return prefetch(ptr, count, where, flags, s, false);
 }
 
-CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr ptr, size_t count, CUmemLocation where, unsigned int flags, CUstream s) {
+CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr ptr, size_t count, CUmemLocation where, unsigned int flags,
+                                    CUstream s) {
   return prefetch(ptr, count, where, flags, s, true);
 }
 

@@ -78,9 +78,12 @@ void unmap_host_memory(void* p, std::size_t bytes) {
   if (!p) return;
   const std::size_t size = round_up(bytes ? bytes : 1, DeviceArena::kAlign);
   DeviceArena* shared = g_shared_arena.load(std::memory_order_acquire);
-  if (shared && shared->contains(p)) shared->release(p, size);
-  else if (private_arena().contains(p)) private_arena().release(p, size);
-  else munmap(p, size);
+  if (shared && shared->contains(p))
+    shared->release(p, size);
+  else if (private_arena().contains(p))
+    private_arena().release(p, size);
+  else
+    munmap(p, size);
 }
 
 bool charge_device(int device, std::uint64_t bytes) {
@@ -229,7 +232,8 @@ CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
   Driver& g = driver();
   std::lock_guard<std::mutex> lk(g.mu);
-  record_allocation_locked(reinterpret_cast<std::uintptr_t>(p), bytes, bytes, MemKind::host, c, c->device).host_flags = flags;
+  record_allocation_locked(reinterpret_cast<std::uintptr_t>(p), bytes, bytes, MemKind::host, c, c->device).host_flags =
+      flags;
   *pp = p;
   return CUDA_SUCCESS;
 }
@@ -276,7 +280,8 @@ CUresult cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
   std::lock_guard<std::mutex> lk(g.mu);
   if (find_allocation_locked(reinterpret_cast<std::uintptr_t>(p))) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
   // mapped = 0: the application's memory, not ours to unmap.
-  record_allocation_locked(reinterpret_cast<std::uintptr_t>(p), bytes, 0, MemKind::host, c, c->device).host_flags = flags;
+  record_allocation_locked(reinterpret_cast<std::uintptr_t>(p), bytes, 0, MemKind::host, c, c->device).host_flags =
+      flags;
   return CUDA_SUCCESS;
 }
 
@@ -307,30 +312,51 @@ static CUresult pointer_attribute_locked(void* data, CUpointer_attribute attr, C
     if (strict) return CUDA_ERROR_INVALID_VALUE;
     // cuPointerGetAttributes reports an unknown pointer as memory of no type rather than failing.
     switch (attr) {
-      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = 0; break;
-      case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = nullptr; break;
-      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = -2; break;
+      case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *static_cast<unsigned*>(data) = 0;
+        break;
+      case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *static_cast<CUcontext*>(data) = nullptr;
+        break;
+      case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *static_cast<int*>(data) = -2;
+        break;
       case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-      case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<int*>(data) = 0; break;
-      default: break;
+      case CU_POINTER_ATTRIBUTE_MAPPED:
+        *static_cast<int*>(data) = 0;
+        break;
+      default:
+        break;
     }
     return CUDA_SUCCESS;
   }
   const bool host = a->kind == MemKind::host;
   switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(a->ctx); break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+      *static_cast<CUcontext*>(data) = reinterpret_cast<CUcontext>(a->ctx);
+      break;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
       *static_cast<unsigned*>(data) = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
       break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = ptr; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+      *static_cast<CUdeviceptr*>(data) = ptr;
+      break;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER:
       if (!host && a->kind != MemKind::managed) return CUDA_ERROR_INVALID_VALUE;
       *static_cast<void**>(data) = reinterpret_cast<void*>(ptr);
       break;
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *static_cast<int*>(data) = 1; break;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID: *static_cast<unsigned long long*>(data) = a->buffer_id; break;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<int*>(data) = a->kind == MemKind::managed; break;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *static_cast<int*>(data) = ordinal_of(a->device); break;
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+      *static_cast<int*>(data) = 1;
+      break;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = a->buffer_id;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+      *static_cast<int*>(data) = a->kind == MemKind::managed;
+      break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+      *static_cast<int*>(data) = ordinal_of(a->device);
+      break;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
       // For memory mapped with cuMemMap the range is the whole cuMemAddressReserve reservation, not
@@ -338,18 +364,29 @@ static CUresult pointer_attribute_locked(void* data, CUpointer_attribute attr, C
       std::uintptr_t base = a->base;
       std::size_t size = a->size;
       vmm_reservation_locked(static_cast<std::uintptr_t>(ptr), &base, &size);
-      if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR) *static_cast<CUdeviceptr*>(data) = base;
-      else *static_cast<std::size_t*>(data) = size;
+      if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+        *static_cast<CUdeviceptr*>(data) = base;
+      else
+        *static_cast<std::size_t*>(data) = size;
       break;
     }
-    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<int*>(data) = 1; break;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *static_cast<int*>(data) = ipc_exportable_locked(*a); break;
-    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *static_cast<unsigned long long*>(data) = 0; break;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+      *static_cast<int*>(data) = 1;
+      break;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+      *static_cast<int*>(data) = ipc_exportable_locked(*a);
+      break;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES:
+      *static_cast<unsigned long long*>(data) = 0;
+      break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE:
       *static_cast<CUmemoryPool*>(data) = reinterpret_cast<CUmemoryPool>(a->pool);
       break;
-    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *static_cast<unsigned*>(data) = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
+      *static_cast<unsigned*>(data) = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }

@@ -12,10 +12,14 @@ namespace {
 
 CUresult image_error(ImageStatus s) {
   switch (s) {
-    case ImageStatus::ok: return CUDA_SUCCESS;
-    case ImageStatus::invalid_ptx: return CUDA_ERROR_INVALID_PTX;
-    case ImageStatus::no_binary_for_gpu: return CUDA_ERROR_NO_BINARY_FOR_GPU;
-    default: return CUDA_ERROR_INVALID_IMAGE;
+    case ImageStatus::ok:
+      return CUDA_SUCCESS;
+    case ImageStatus::invalid_ptx:
+      return CUDA_ERROR_INVALID_PTX;
+    case ImageStatus::no_binary_for_gpu:
+      return CUDA_ERROR_NO_BINARY_FOR_GPU;
+    default:
+      return CUDA_ERROR_INVALID_IMAGE;
   }
 }
 
@@ -47,7 +51,8 @@ CUresult build_module(const void* data, std::size_t size, Context* ctx, bool fro
   if (ctx && global_bytes) {
     const std::uint64_t charge = (global_bytes + kMemoryGranularity - 1) / kMemoryGranularity * kMemoryGranularity;
     if (!charge_device(ctx->device, charge)) {
-      for (auto& [name, gv] : m->globals) unmap_host_memory(reinterpret_cast<void*>(gv.first), gv.second ? gv.second : 1);
+      for (auto& [name, gv] : m->globals)
+        unmap_host_memory(reinterpret_cast<void*>(gv.first), gv.second ? gv.second : 1);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
     m->charged = charge;
@@ -334,12 +339,22 @@ CUresult cuFuncGetAttribute(int* value, CUfunction_attribute attrib, CUfunction 
     return CUDA_SUCCESS;
   }
   switch (attrib) {
-    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *value = 1024; break;
-    case CU_FUNC_ATTRIBUTE_NUM_REGS: *value = 16; break;
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+      *value = 1024;
+      break;
+    case CU_FUNC_ATTRIBUTE_NUM_REGS:
+      *value = 16;
+      break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION:
-    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *value = kComputeMajor * 10 + kComputeMinor; break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *value = f->max_dynamic_shared; break;
-    default: *value = 0; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION:
+      *value = kComputeMajor * 10 + kComputeMinor;
+      break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES:
+      *value = f->max_dynamic_shared;
+      break;
+    default:
+      *value = 0;
+      break;
   }
   return CUDA_SUCCESS;
 }

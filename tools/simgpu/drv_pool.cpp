@@ -16,16 +16,16 @@ namespace simgpu {
 
 struct MemPool {
   int device = 0;
-  bool host = false;                // located in host memory: nothing charged on the device
-  std::uint64_t reserved = 0;       // charged on the device: used + pending frees + free
-  std::uint64_t used = 0;           // handed out to allocations, in API order
+  bool host = false;           // located in host memory: nothing charged on the device
+  std::uint64_t reserved = 0;  // charged on the device: used + pending frees + free
+  std::uint64_t used = 0;      // handed out to allocations, in API order
   struct PendingFree {
     std::uint64_t id;
     std::uint64_t bytes;
-    const Stream* stream;           // reusable by allocations on this stream before the free completes
+    const Stream* stream;  // reusable by allocations on this stream before the free completes
   };
   std::vector<PendingFree> pending;  // freed in API order, not yet reached by their streams
-  std::uint64_t free = 0;           // reusable by any stream
+  std::uint64_t free = 0;            // reusable by any stream
   std::uint64_t reserved_high = 0;
   std::uint64_t used_high = 0;
   std::uint64_t release_threshold = 0;
@@ -37,7 +37,9 @@ struct MemPool {
 
 namespace {
 
-std::uint64_t chunk_round(std::uint64_t v) { return (v + kMemoryGranularity - 1) / kMemoryGranularity * kMemoryGranularity; }
+std::uint64_t chunk_round(std::uint64_t v) {
+  return (v + kMemoryGranularity - 1) / kMemoryGranularity * kMemoryGranularity;
+}
 
 std::uint64_t pending_bytes(const MemPool* p, const Stream* only = nullptr) {
   std::uint64_t n = 0;
@@ -141,7 +143,8 @@ CUresult alloc_from_pool(CUdeviceptr* dptr, std::size_t bytes, MemPool* pool, CU
   pool->used_high = std::max(pool->used_high, pool->used);
   pool->reserved_high = std::max(pool->reserved_high, pool->reserved);
   // Nothing charged here: the pool holds the charge.
-  record_allocation_locked(reinterpret_cast<std::uintptr_t>(p), bytes, size, MemKind::pool, s->ctx, pool->device).pool = pool;
+  record_allocation_locked(reinterpret_cast<std::uintptr_t>(p), bytes, size, MemKind::pool, s->ctx, pool->device).pool =
+      pool;
   *dptr = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
@@ -268,8 +271,9 @@ CUresult cuMemPoolCreate(CUmemoryPool* out, const CUmemPoolProps* props) {
   if (props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
   // Device pools, and pools in host memory (HOST, HOST_NUMA; HOST_NUMA_CURRENT is refused for pools).
   const CUmemLocationType where = props->location.type;
-  if (where == CU_MEM_LOCATION_TYPE_DEVICE ? !valid_device(props->location.id)
-                                           : where != CU_MEM_LOCATION_TYPE_HOST && where != CU_MEM_LOCATION_TYPE_HOST_NUMA)
+  if (where == CU_MEM_LOCATION_TYPE_DEVICE
+          ? !valid_device(props->location.id)
+          : where != CU_MEM_LOCATION_TYPE_HOST && where != CU_MEM_LOCATION_TYPE_HOST_NUMA)
     return CUDA_ERROR_INVALID_VALUE;
   if (where != CU_MEM_LOCATION_TYPE_DEVICE && props->handleTypes != CU_MEM_HANDLE_TYPE_NONE)
     return CUDA_ERROR_INVALID_VALUE;
@@ -292,8 +296,8 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool) {
   remove_live_locked(p);  // the handle is invalid from now on
   // "If any pointers obtained from this pool haven't been freed ... the resources associated with
   // the pool will be released automatically once there are no more outstanding allocations."
-  const bool outstanding = std::any_of(g.allocations.begin(), g.allocations.end(),
-                                       [&](const auto& a) { return a.second.pool == p; });
+  const bool outstanding =
+      std::any_of(g.allocations.begin(), g.allocations.end(), [&](const auto& a) { return a.second.pool == p; });
   if (outstanding || p->used != 0 || !p->pending.empty()) {
     p->destroyed = true;
     return CUDA_SUCCESS;
@@ -319,10 +323,18 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
   MemPool* p = live_pool_locked(pool);
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   switch (attr) {
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: p->release_threshold = *static_cast<cuuint64_t*>(value); break;
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: p->reuse_follow_event = *static_cast<int*>(value); break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: p->reuse_opportunistic = *static_cast<int*>(value); break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: p->reuse_internal = *static_cast<int*>(value); break;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      p->release_threshold = *static_cast<cuuint64_t*>(value);
+      break;
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      p->reuse_follow_event = *static_cast<int*>(value);
+      break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      p->reuse_opportunistic = *static_cast<int*>(value);
+      break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      p->reuse_internal = *static_cast<int*>(value);
+      break;
     case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
       if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;  // only a reset to 0
       p->reserved_high = p->reserved;
@@ -331,7 +343,8 @@ CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
       if (*static_cast<cuuint64_t*>(value) != 0) return CUDA_ERROR_INVALID_VALUE;
       p->used_high = p->used;
       break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }
@@ -344,15 +357,32 @@ CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   auto* u64 = static_cast<cuuint64_t*>(value);
   switch (attr) {
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD: *u64 = p->release_threshold; break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: *u64 = p->reserved; break;
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: *u64 = p->reserved_high; break;
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: *u64 = p->used; break;
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: *u64 = p->used_high; break;
-    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES: *static_cast<int*>(value) = p->reuse_follow_event; break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC: *static_cast<int*>(value) = p->reuse_opportunistic; break;
-    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES: *static_cast<int*>(value) = p->reuse_internal; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+      *u64 = p->release_threshold;
+      break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+      *u64 = p->reserved;
+      break;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+      *u64 = p->reserved_high;
+      break;
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+      *u64 = p->used;
+      break;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+      *u64 = p->used_high;
+      break;
+    case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+      *static_cast<int*>(value) = p->reuse_follow_event;
+      break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+      *static_cast<int*>(value) = p->reuse_opportunistic;
+      break;
+    case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+      *static_cast<int*>(value) = p->reuse_internal;
+      break;
+    default:
+      return CUDA_ERROR_INVALID_VALUE;
   }
   return CUDA_SUCCESS;
 }

@@ -194,7 +194,7 @@ CUresult cuStreamSynchronize_ptsz(CUstream h) { return stream_sync(h, true); }
 CUresult cuStreamWaitEvent(CUstream h, CUevent e, unsigned int f) { return stream_wait_event(h, e, f, false); }
 CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int f) { return stream_wait_event(h, e, f, true); }
 
-#define SIM_STREAM_GETTERS(SUFFIX, PT)                                                                       \
+#define SIM_STREAM_GETTERS(SUFFIX, PT)                                                                        \
   CUresult cuStreamGetPriority##SUFFIX(CUstream h, int* p) {                                                  \
     return stream_property(h, PT, p, [](const Stream& s) { return s.priority; });                             \
   }                                                                                                           \
@@ -208,22 +208,22 @@ CUresult cuStreamWaitEvent_ptsz(CUstream h, CUevent e, unsigned int f) { return 
     return stream_property(h, PT, id, [](const Stream& s) { return static_cast<unsigned long long>(s.id); }); \
   }                                                                                                           \
   CUresult cuStreamGetDevice##SUFFIX(CUstream h, CUdevice* d) {                                               \
-    return stream_property(h, PT, d, [](const Stream& s) { return ordinal_of(s.ctx->device); });   \
+    return stream_property(h, PT, d, [](const Stream& s) { return ordinal_of(s.ctx->device); });              \
   }                                                                                                           \
-  CUresult cuLaunchHostFunc##SUFFIX(CUstream h, CUhostFn fn, void* data) {           \
-    if (!fn) return CUDA_ERROR_INVALID_VALUE;                                        \
-    return add_host_call(h, [fn, data] { fn(data); }, fn, data, PT, "cuLaunchHostFunc"); \
-  }                                                                                  \
-  CUresult cuStreamAddCallback##SUFFIX(CUstream h, CUstreamCallback cb, void* data,  \
-                                       unsigned int flags) {                         \
-    if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;                          \
-    return add_host_call(h, [cb, data, h] { cb(h, CUDA_SUCCESS, data); }, nullptr, nullptr, PT, \
-                         "cuStreamAddCallback");                                     \
-  }                                                                                  \
-  CUresult cuEventRecord##SUFFIX(CUevent e, CUstream h) { return event_record(e, h, PT); } \
-  CUresult cuEventRecordWithFlags##SUFFIX(CUevent e, CUstream h, unsigned int f) {   \
-    if (f & ~1u) return CUDA_ERROR_INVALID_VALUE;                                    \
-    return event_record(e, h, PT);                                                   \
+  CUresult cuLaunchHostFunc##SUFFIX(CUstream h, CUhostFn fn, void* data) {                                    \
+    if (!fn) return CUDA_ERROR_INVALID_VALUE;                                                                 \
+    return add_host_call(                                                                                     \
+        h, [fn, data] { fn(data); }, fn, data, PT, "cuLaunchHostFunc");                                       \
+  }                                                                                                           \
+  CUresult cuStreamAddCallback##SUFFIX(CUstream h, CUstreamCallback cb, void* data, unsigned int flags) {     \
+    if (!cb || flags != 0) return CUDA_ERROR_INVALID_VALUE;                                                   \
+    return add_host_call(                                                                                     \
+        h, [cb, data, h] { cb(h, CUDA_SUCCESS, data); }, nullptr, nullptr, PT, "cuStreamAddCallback");        \
+  }                                                                                                           \
+  CUresult cuEventRecord##SUFFIX(CUevent e, CUstream h) { return event_record(e, h, PT); }                    \
+  CUresult cuEventRecordWithFlags##SUFFIX(CUevent e, CUstream h, unsigned int f) {                            \
+    if (f & ~1u) return CUDA_ERROR_INVALID_VALUE;                                                             \
+    return event_record(e, h, PT);                                                                            \
   }
 
 SIM_STREAM_GETTERS(, false)

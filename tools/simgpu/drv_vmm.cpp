@@ -17,13 +17,12 @@
 
 namespace simgpu {
 
-
 struct PhysicalAllocation {
   int device = 0;
   std::size_t size = 0;
   int fd = -1;
-  int refs = 1;         // the handle references below, plus one per mapping
-  int handle_refs = 1;  // cuMemCreate, plus one per cuMemRetainAllocationHandle: each needs a cuMemRelease
+  int refs = 1;            // the handle references below, plus one per mapping
+  int handle_refs = 1;     // cuMemCreate, plus one per cuMemRetainAllocationHandle: each needs a cuMemRelease
   bool shareable = false;  // made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR: may be exported
   bool imported = false;   // another process's allocation: its device memory is charged there
 };
@@ -126,7 +125,8 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags) {
+CUresult cuMemAddressReserve(CUdeviceptr* ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
   if (CUresult r = ensure_initialized()) return r;
   if (!ptr || size == 0 || size % kMemoryGranularity || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (alignment && (alignment & (alignment - 1))) return CUDA_ERROR_INVALID_VALUE;
@@ -175,7 +175,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   for (auto& [b, m] : g_mappings)
     if (base < b + m.size && b < base + size) return CUDA_ERROR_ALREADY_MAPPED;
   // Not accessible until cuMemSetAccess, as on the device.
-  void* r = mmap(reinterpret_cast<void*>(base), size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, static_cast<off_t>(offset));
+  void* r =
+      mmap(reinterpret_cast<void*>(base), size, PROT_NONE, MAP_SHARED | MAP_FIXED, p->fd, static_cast<off_t>(offset));
   if (r == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
   g_mappings[base] = Mapping{size, p};
   p->refs++;
@@ -212,8 +213,10 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   for (std::size_t i = 0; i < count; ++i) {
     if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(desc[i].location.id))
       return CUDA_ERROR_INVALID_DEVICE;
-    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE) prot = PROT_READ | PROT_WRITE;
-    else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE) prot = PROT_READ;
+    if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+      prot = PROT_READ | PROT_WRITE;
+    else if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ && prot == PROT_NONE)
+      prot = PROT_READ;
   }
   mprotect(reinterpret_cast<void*>(ptr), size, prot);
   return CUDA_SUCCESS;
@@ -253,14 +256,14 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* handle, vo
   if (!handle) return CUDA_ERROR_INVALID_VALUE;
   if (type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) return CUDA_ERROR_NOT_SUPPORTED;
   const int fd = static_cast<int>(reinterpret_cast<std::intptr_t>(os_handle));
-  struct stat st{};
+  struct stat st {};
   char link[256] = {}, path[64];
   std::snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
   const ssize_t n = readlink(path, link, sizeof link - 1);
   const char* marker = n > 0 ? std::strstr(link, "simgpu-vmm-device-") : nullptr;
   if (fstat(fd, &st) != 0 || marker == nullptr) return CUDA_ERROR_INVALID_VALUE;  // not one of ours
-  const int dev = std::atoi(marker + std::strlen("simgpu-vmm-device-"));  // physical
-  if (ordinal_of(dev) < 0) return CUDA_ERROR_INVALID_DEVICE;  // a device this process does not see
+  const int dev = std::atoi(marker + std::strlen("simgpu-vmm-device-"));          // physical
+  if (ordinal_of(dev) < 0) return CUDA_ERROR_INVALID_DEVICE;                      // a device this process does not see
   const int own = dup(fd);  // the caller keeps (and closes) its descriptor
   if (own < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   std::lock_guard<std::mutex> lk(driver().mu);

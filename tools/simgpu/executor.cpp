@@ -217,12 +217,18 @@ void destroy_stream_locked(Stream* s) {
   if (s->ctx) {
     auto& v = s->ctx->streams;
     for (auto it = v.begin(); it != v.end(); ++it)
-      if (*it == s) { v.erase(it); break; }
+      if (*it == s) {
+        v.erase(it);
+        break;
+      }
   }
   if (s->queue.empty()) {
     auto& list = busy_streams(s->ctx->device);
     for (auto it = list.begin(); it != list.end(); ++it)
-      if (*it == s) { list.erase(it); break; }
+      if (*it == s) {
+        list.erase(it);
+        break;
+      }
     delete s;
   }
   // A destroyed stream with queued work is left to run out; it is then unreachable and leaks a few

@@ -18,8 +18,8 @@ struct GraphNode {
   CUDA_KERNEL_NODE_PARAMS kernel{};  // as given (pointers to the caller's parameters are not kept)
   CUhostFn host_fn = nullptr;
   void* host_data = nullptr;
-  std::function<void()> work;  // a captured copy or set: what it does when the graph runs
-  struct Graph* child = nullptr;  // a child graph node's graph, owned by the node (destroyed with it)
+  std::function<void()> work;         // a captured copy or set: what it does when the graph runs
+  struct Graph* child = nullptr;      // a child graph node's graph, owned by the node (destroyed with it)
   const GraphNode* origin = nullptr;  // in an executable graph: the node this copy was made from
   std::vector<GraphNode*> deps;
   struct Graph* graph = nullptr;
@@ -34,10 +34,10 @@ struct GraphNode {
 
 struct Graph {
   std::vector<std::unique_ptr<GraphNode>> nodes;  // in insertion order, which is a topological order
-  bool has_memory_nodes = false;  // its own, or those of a child graph moved into it
-  GraphNode* parent = nullptr;    // a child graph: the node that owns it (it cannot be destroyed or
-                                  // instantiated by itself)
-  struct GraphExec* instance = nullptr;  // with memory nodes: its one executable graph, while that lives
+  bool has_memory_nodes = false;                  // its own, or those of a child graph moved into it
+  GraphNode* parent = nullptr;                    // a child graph: the node that owns it (it cannot be destroyed or
+                                                  // instantiated by itself)
+  struct GraphExec* instance = nullptr;           // with memory nodes: its one executable graph, while that lives
 };
 
 struct GraphExec {
@@ -70,7 +70,7 @@ CUresult graph_memory_instantiate_locked(Graph* g, GraphExec* exec);
 // of one launch in API order (which allocations it leaves live); nothing changes on an error.
 CUresult graph_memory_upload_locked(GraphExec* exec);
 CUresult graph_memory_launch_locked(GraphExec* exec, Context* ctx);
-void graph_memory_exec_destroyed_locked(GraphExec* exec);   // when the object is deleted
+void graph_memory_exec_destroyed_locked(GraphExec* exec);  // when the object is deleted
 void graph_memory_graph_destroyed_locked(Graph* g);
 
 }  // namespace simgpu

@@ -56,8 +56,7 @@ void futex_wake_all(std::atomic<std::uint32_t>* word) {
 }
 
 bool config_matches(const MachineHeader& h, const MachineConfig& c) {
-  if (h.device_count != c.device_count || h.timeslice_us != c.timeslice_us ||
-      h.context_bytes != c.context_bytes)
+  if (h.device_count != c.device_count || h.timeslice_us != c.timeslice_us || h.context_bytes != c.context_bytes)
     return false;
   for (std::uint32_t d = 0; d < c.device_count; ++d)
     if (h.memory_bytes[d] != c.memory_bytes[d] || h.sm_count[d] != c.sm_count[d]) return false;
@@ -104,12 +103,25 @@ bool parse_quantity(const std::string& text, std::uint64_t& bytes) {
   const std::string number = text.substr(0, i);
   const std::string unit = text.substr(i);
   if (number.empty() || number == "." || number.find('.') != number.rfind('.')) return false;
-  struct Unit { const char* name; long double factor; };
+  struct Unit {
+    const char* name;
+    long double factor;
+  };
   static const Unit units[] = {
-      {"", 1},           {"B", 1},
-      {"Ki", 1024.0L},   {"Mi", 1048576.0L}, {"Gi", 1073741824.0L}, {"Ti", 1099511627776.0L},
-      {"KiB", 1024.0L},  {"MiB", 1048576.0L}, {"GiB", 1073741824.0L}, {"TiB", 1099511627776.0L},
-      {"K", 1e3L},       {"M", 1e6L},         {"G", 1e9L},            {"T", 1e12L},
+      {"", 1},
+      {"B", 1},
+      {"Ki", 1024.0L},
+      {"Mi", 1048576.0L},
+      {"Gi", 1073741824.0L},
+      {"Ti", 1099511627776.0L},
+      {"KiB", 1024.0L},
+      {"MiB", 1048576.0L},
+      {"GiB", 1073741824.0L},
+      {"TiB", 1099511627776.0L},
+      {"K", 1e3L},
+      {"M", 1e6L},
+      {"G", 1e9L},
+      {"T", 1e12L},
   };
   for (const Unit& u : units) {
     if (unit != u.name) continue;
@@ -131,8 +143,8 @@ bool read_machine_config(MachineConfig& out, std::string& error) {
     char* end = nullptr;
     long n = std::strtol(v, &end, 10);
     if (*end || n < 1 || n > kMaxDevices) {
-      error = std::string("SIMGPU_DEVICES='") + v + "' is not a device count from 1 to " +
-              std::to_string(kMaxDevices) + " (example: SIMGPU_DEVICES=2)";
+      error = std::string("SIMGPU_DEVICES='") + v + "' is not a device count from 1 to " + std::to_string(kMaxDevices) +
+              " (example: SIMGPU_DEVICES=2)";
       return false;
     }
     c.device_count = static_cast<std::uint32_t>(n);
@@ -150,7 +162,10 @@ bool read_machine_config(MachineConfig& out, std::string& error) {
         return false;
       }
       c.memory_bytes[d] = last;
-      if (comma == std::string::npos) { ++d; break; }
+      if (comma == std::string::npos) {
+        ++d;
+        break;
+      }
       pos = comma + 1;
     }
     for (; d < kMaxDevices; ++d) c.memory_bytes[d] = last;  // the last size applies to the rest
@@ -171,7 +186,10 @@ bool read_machine_config(MachineConfig& out, std::string& error) {
         return false;
       }
       c.sm_count[d] = static_cast<std::uint32_t>(last);
-      if (comma == std::string::npos) { ++d; break; }
+      if (comma == std::string::npos) {
+        ++d;
+        break;
+      }
       pos = comma + 1;
     }
     for (; d < kMaxDevices; ++d) c.sm_count[d] = static_cast<std::uint32_t>(last);
@@ -216,11 +234,11 @@ Machine* Machine::attach(const MachineConfig& config, std::string& error) {
   }
   struct stat st {};
   fstat(fd, &st);
-  MachineHeader h {};
+  MachineHeader h{};
   bool valid = st.st_size == static_cast<off_t>(sizeof(MachineState)) &&
                pread(fd, &h, sizeof h, 0) == static_cast<ssize_t>(sizeof h) && h.magic == kStateMagic &&
-               h.version == kStateVersion && h.file_size == sizeof(MachineState) &&
-               h.device_count >= 1 && h.device_count <= kMaxDevices;
+               h.version == kStateVersion && h.file_size == sizeof(MachineState) && h.device_count >= 1 &&
+               h.device_count <= kMaxDevices;
   const bool in_use = ofd_locked_by_other(fd, kSlotLockBase, kMaxProcesses);
   bool fresh = false;
   if (!valid) {
@@ -257,9 +275,7 @@ Machine* Machine::attach(const MachineConfig& config, std::string& error) {
   return m;
 }
 
-bool Machine::lock_slot_byte(int slot) const {
-  return ofd_lock(fd_, kSlotLockBase + slot, 1, F_WRLCK);
-}
+bool Machine::lock_slot_byte(int slot) const { return ofd_lock(fd_, kSlotLockBase + slot, 1, F_WRLCK); }
 
 void Machine::unlock_slot_byte(int slot) const { ofd_lock(fd_, kSlotLockBase + slot, 1, F_UNLCK); }
 

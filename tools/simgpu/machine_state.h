@@ -16,16 +16,16 @@
 namespace simgpu {
 
 constexpr std::uint32_t kStateMagic = 0x53494d47;  // "SIMG"
-constexpr std::uint32_t kStateVersion = 3;  // 2: host_pid; 3: sm_count
+constexpr std::uint32_t kStateVersion = 3;         // 2: host_pid; 3: sm_count
 constexpr int kMaxDevices = 8;
 constexpr int kMaxProcesses = 1024;
 constexpr int kWaiterWords = kMaxProcesses / 64;
-constexpr int kUtilBuckets = 16;                     // ring of 100 ms buckets: utilization samples
+constexpr int kUtilBuckets = 16;  // ring of 100 ms buckets: utilization samples
 constexpr std::uint64_t kUtilBucketNs = 100'000'000;
 constexpr std::uint64_t kMemoryGranularity = 2ull << 20;  // VMM and pool granularity, as on real GPUs
 
 struct UtilBucket {
-  std::atomic<std::uint64_t> epoch;    // now_ns / kUtilBucketNs this bucket holds
+  std::atomic<std::uint64_t> epoch;  // now_ns / kUtilBucketNs this bucket holds
   std::atomic<std::uint64_t> busy_ns;
 };
 
@@ -37,11 +37,11 @@ struct SlotDeviceStats {
 };
 
 struct ProcessSlot {
-  std::atomic<std::int32_t> pid;         // 0: free; as the owner sees itself
+  std::atomic<std::int32_t> pid;  // 0: free; as the owner sees itself
   // The same process in the outermost PID namespace (NSpid's first field): what NVML reports, as the
   // real one reports host PIDs, so that a process in a PID namespace does not find itself there.
   std::atomic<std::int32_t> host_pid;
-  std::atomic<std::uint64_t> start_ns;   // CLOCK_MONOTONIC when attached
+  std::atomic<std::uint64_t> start_ns;  // CLOCK_MONOTONIC when attached
   char name[32];
   SlotDeviceStats dev[kMaxDevices];
 };
@@ -109,7 +109,7 @@ class Machine {
 
   bool claim_slot(std::string& error);
   int slot() const { return slot_.load(); }
-  void release_own_slot();   // normal exit: give back memory and token
+  void release_own_slot();  // normal exit: give back memory and token
 
   // Memory: charge/uncharge this process for `bytes` on `device`; false when the device is full.
   bool charge(int device, std::uint64_t bytes);
@@ -118,8 +118,8 @@ class Machine {
 
   // Liveness and reaping of other processes' slots.
   bool slot_alive(int slot) const;
-  int reap_dead_slots();       // returns how many slots were reaped
-  bool reap_slot(int slot);    // true if the slot was dead and is now free
+  int reap_dead_slots();     // returns how many slots were reaped
+  bool reap_slot(int slot);  // true if the slot was dead and is now free
 
   void add_busy(int device, std::uint64_t ns, std::uint64_t now);
   // Busy nanoseconds over the `window_ns` before now, from the 100 ms buckets.

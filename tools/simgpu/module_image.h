@@ -22,36 +22,36 @@
 namespace simgpu {
 
 struct KernelInfo {
-    std::string name;  // exactly as in the image (C++ kernels keep their mangled name)
-    // True when the image says how many parameters there are and how big each is: always for
-    // PTX; for a cubin when its .nv.info.<kernel> section lists them.
-    bool params_known = false;
-    std::vector<std::uint32_t> param_sizes;    // bytes, in declaration order
-    std::vector<std::uint32_t> param_offsets;  // byte offset of each parameter in the parameter buffer
+  std::string name;  // exactly as in the image (C++ kernels keep their mangled name)
+  // True when the image says how many parameters there are and how big each is: always for
+  // PTX; for a cubin when its .nv.info.<kernel> section lists them.
+  bool params_known = false;
+  std::vector<std::uint32_t> param_sizes;    // bytes, in declaration order
+  std::vector<std::uint32_t> param_offsets;  // byte offset of each parameter in the parameter buffer
 };
 
 struct GlobalInfo {
-    std::string name;      // a __device__, __constant__ or __managed__ variable
-    std::size_t size = 0;  // bytes
+  std::string name;      // a __device__, __constant__ or __managed__ variable
+  std::size_t size = 0;  // bytes
 };
 
 struct ModuleImage {
-    enum class Kind { ptx, cubin, fatbin };
-    Kind kind = Kind::ptx;       // what the image given to parse_module_image was
-    int arch = 0;                // SM of the code used, e.g. 89 (for a fatbin: of the entry picked)
-    Kind code_kind = Kind::ptx;  // ptx or cubin: the code the kernels come from (for a fatbin: the
-                                 // kind of the entry picked; ptx means the driver would JIT it)
-    std::vector<KernelInfo> kernels;
-    std::vector<GlobalInfo> globals;
+  enum class Kind { ptx, cubin, fatbin };
+  Kind kind = Kind::ptx;       // what the image given to parse_module_image was
+  int arch = 0;                // SM of the code used, e.g. 89 (for a fatbin: of the entry picked)
+  Kind code_kind = Kind::ptx;  // ptx or cubin: the code the kernels come from (for a fatbin: the
+                               // kind of the entry picked; ptx means the driver would JIT it)
+  std::vector<KernelInfo> kernels;
+  std::vector<GlobalInfo> globals;
 };
 
 enum class ImageStatus {
-    ok,
-    invalid_image,            // not an image, truncated, or inconsistent (CUDA_ERROR_INVALID_IMAGE)
-    invalid_ptx,              // starts like PTX but does not parse (CUDA_ERROR_INVALID_PTX)
-    no_binary_for_gpu,        // nothing in it runs on the device (CUDA_ERROR_NO_BINARY_FOR_GPU)
-    unsupported_compression,  // a compressed fatbin entry this parser cannot decode (a Zstandard
-                              // frame that needs a dictionary)
+  ok,
+  invalid_image,            // not an image, truncated, or inconsistent (CUDA_ERROR_INVALID_IMAGE)
+  invalid_ptx,              // starts like PTX but does not parse (CUDA_ERROR_INVALID_PTX)
+  no_binary_for_gpu,        // nothing in it runs on the device (CUDA_ERROR_NO_BINARY_FOR_GPU)
+  unsupported_compression,  // a compressed fatbin entry this parser cannot decode (a Zstandard
+                            // frame that needs a dictionary)
 };
 
 // Parses the image at `data`.
@@ -72,8 +72,7 @@ enum class ImageStatus {
 // turns the check off (a fatbin then yields its highest cubin, else its highest PTX).
 //
 // On any status but ok, `out` is left empty. Never throws; hostile input gives invalid_image.
-ImageStatus parse_module_image(const void* data, std::size_t size, int cc_major, int cc_minor,
-                               ModuleImage& out);
+ImageStatus parse_module_image(const void* data, std::size_t size, int cc_major, int cc_minor, ModuleImage& out);
 
 const char* image_status_name(ImageStatus status);
 

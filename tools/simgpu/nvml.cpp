@@ -133,18 +133,30 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown() {
 
 __attribute__((visibility("default"))) const char* nvmlErrorString(nvmlReturn_t r) {
   switch (r) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NO_PERMISSION: return "Insufficient Permissions";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_DRIVER_NOT_LOADED: return "Driver Not Loaded";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_NO_DATA: return "No data";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+      return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+      return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+      return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+      return "Not Supported";
+    case NVML_ERROR_NO_PERMISSION:
+      return "Insufficient Permissions";
+    case NVML_ERROR_NOT_FOUND:
+      return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+      return "Insufficient Size";
+    case NVML_ERROR_DRIVER_NOT_LOADED:
+      return "Driver Not Loaded";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+      return "Function Not Found";
+    case NVML_ERROR_NO_DATA:
+      return "No data";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+      return "Argument version mismatch";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -170,7 +182,9 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCount_v2(unsign
   *count = static_cast<unsigned>(g_machine->device_count());
   return NVML_SUCCESS;
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCount(unsigned int* c) { return nvmlDeviceGetCount_v2(c); }
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCount(unsigned int* c) {
+  return nvmlDeviceGetCount_v2(c);
+}
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int i, nvmlDevice_t* d) {
   if (nvmlReturn_t r = ready()) return r;
@@ -246,7 +260,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDev
   return nvmlDeviceGetPciInfo_v3(d, p);
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int* major, int* minor) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t d, int* major,
+                                                                                       int* minor) {
   int i = 0;
   if (nvmlReturn_t r = device_index(d, &i)) return r;
   if (!major || !minor) return NVML_ERROR_INVALID_ARGUMENT;
@@ -273,65 +288,79 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(n
   return NVML_SUCCESS;
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int* c,
-                                                                                   nvmlProcessInfo_t* p) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d,
+                                                                                            unsigned int* c,
+                                                                                            nvmlProcessInfo_t* p) {
   return running_processes(d, c, p);
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int* c,
-                                                                                   nvmlProcessInfo_t* p) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d,
+                                                                                            unsigned int* c,
+                                                                                            nvmlProcessInfo_t* p) {
   return running_processes(d, c, p);
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned int* c,
-                                                                                nvmlProcessInfo_v1_t* p) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d,
+                                                                                         unsigned int* c,
+                                                                                         nvmlProcessInfo_v1_t* p) {
   return running_processes(d, c, p);
 }
 
 // The simulated device runs no graphics or MPS clients (every version of both lists).
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned int* c,
-                                                                                    nvmlProcessInfo_t*) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d,
+                                                                                             unsigned int* c,
+                                                                                             nvmlProcessInfo_t*) {
   int i = 0;
   if (nvmlReturn_t r = device_index(d, &i)) return r;
   if (!c) return NVML_ERROR_INVALID_ARGUMENT;
   *c = 0;
   return NVML_SUCCESS;
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t d, unsigned int* c,
-                                                                                    nvmlProcessInfo_t* p) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t d,
+                                                                                             unsigned int* c,
+                                                                                             nvmlProcessInfo_t* p) {
   return nvmlDeviceGetGraphicsRunningProcesses_v3(d, c, p);
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d, unsigned int* c,
-                                                                                 nvmlProcessInfo_v1_t*) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d,
+                                                                                          unsigned int* c,
+                                                                                          nvmlProcessInfo_v1_t*) {
   return nvmlDeviceGetGraphicsRunningProcesses_v3(d, c, nullptr);
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d, unsigned int* c,
-                                                                                      nvmlProcessInfo_t* p) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t d,
+                                                                                               unsigned int* c,
+                                                                                               nvmlProcessInfo_t* p) {
   return nvmlDeviceGetGraphicsRunningProcesses_v3(d, c, p);
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t d, unsigned int* c,
-                                                                                      nvmlProcessInfo_t* p) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v2(nvmlDevice_t d,
+                                                                                               unsigned int* c,
+                                                                                               nvmlProcessInfo_t* p) {
   return nvmlDeviceGetGraphicsRunningProcesses_v3(d, c, p);
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t d, unsigned int* c,
-                                                                                   nvmlProcessInfo_v1_t*) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses(nvmlDevice_t d,
+                                                                                            unsigned int* c,
+                                                                                            nvmlProcessInfo_v1_t*) {
   return nvmlDeviceGetGraphicsRunningProcesses_v3(d, c, nullptr);
 }
 
 // The same lists as detail records: compute processes as above, no graphics or MPS ones.
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t d,
-                                                                                 nvmlProcessDetailList_t* list) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(
+    nvmlDevice_t d, nvmlProcessDetailList_t* list) {
   int i = 0;
   if (nvmlReturn_t r = device_index(d, &i)) return r;
   if (!list) return NVML_ERROR_INVALID_ARGUMENT;
   if (list->version != nvmlProcessDetailList_v1) return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
   switch (list->mode) {
-    case NVML_PROCESS_MODE_COMPUTE: return running_processes(d, &list->numProcArrayEntries, list->procArray);
+    case NVML_PROCESS_MODE_COMPUTE:
+      return running_processes(d, &list->numProcArrayEntries, list->procArray);
     case NVML_PROCESS_MODE_GRAPHICS:
-    case NVML_PROCESS_MODE_MPS: list->numProcArrayEntries = 0; return NVML_SUCCESS;
-    default: return NVML_ERROR_INVALID_ARGUMENT;
+    case NVML_PROCESS_MODE_MPS:
+      list->numProcArrayEntries = 0;
+      return NVML_SUCCESS;
+    default:
+      return NVML_ERROR_INVALID_ARGUMENT;
   }
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t* u) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d,
+                                                                                  nvmlUtilization_t* u) {
   int i = 0;
   if (nvmlReturn_t r = device_index(d, &i)) return r;
   if (!u) return NVML_ERROR_INVALID_ARGUMENT;
@@ -341,9 +370,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUtilizationRate
   return NVML_SUCCESS;
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d,
-                                                                           nvmlProcessUtilizationSample_t* samples,
-                                                                           unsigned int* count, unsigned long long) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetProcessUtilization(
+    nvmlDevice_t d, nvmlProcessUtilizationSample_t* samples, unsigned int* count, unsigned long long) {
   int dev = 0;
   if (nvmlReturn_t r = device_index(d, &dev)) return r;
   if (!count) return NVML_ERROR_INVALID_ARGUMENT;

@@ -34,23 +34,32 @@ int main(int argc, char** argv) {
   double seconds = 3;
   unsigned long long kernel_us = 1000;
   unsigned long long alloc_mib = 0;
-  int depth = 0;  // kernels per batch; 0: about 4 ms of work
-  bool churn = false;  // also allocate and free small blocks as fast as possible, on a second thread
+  int depth = 0;             // kernels per batch; 0: about 4 ms of work
+  bool churn = false;        // also allocate and free small blocks as fast as possible, on a second thread
   bool show_memory = false;  // say what cuMemGetInfo reports (on standard error), before allocating
-  int requests = 0;    // >0: a server answering requests instead of a busy loop (see usage)
+  int requests = 0;          // >0: a server answering requests instead of a busy loop (see usage)
   unsigned long long gap_us = 2000;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
-    if (k == "--seconds") seconds = std::atof(argv[i + 1]);
-    else if (k == "--kernel-us") kernel_us = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (k == "--alloc-mib") alloc_mib = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (k == "--depth") depth = std::atoi(argv[i + 1]);
-    else if (k == "--churn") churn = std::atoi(argv[i + 1]) != 0;
-    else if (k == "--show-memory") show_memory = std::atoi(argv[i + 1]) != 0;
-    else if (k == "--requests") requests = std::atoi(argv[i + 1]);
-    else if (k == "--gap-us") gap_us = std::strtoull(argv[i + 1], nullptr, 10);
+    if (k == "--seconds")
+      seconds = std::atof(argv[i + 1]);
+    else if (k == "--kernel-us")
+      kernel_us = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--alloc-mib")
+      alloc_mib = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--depth")
+      depth = std::atoi(argv[i + 1]);
+    else if (k == "--churn")
+      churn = std::atoi(argv[i + 1]) != 0;
+    else if (k == "--show-memory")
+      show_memory = std::atoi(argv[i + 1]) != 0;
+    else if (k == "--requests")
+      requests = std::atoi(argv[i + 1]);
+    else if (k == "--gap-us")
+      gap_us = std::strtoull(argv[i + 1], nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: simgpu-load [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D] [--churn 0|1]\n"
+      std::fprintf(stderr,
+                   "usage: simgpu-load [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D] [--churn 0|1]\n"
                    "                   [--show-memory 0|1] [--requests R [--gap-us G]]\n"
                    "  keeps device 0 busy with spin kernels of N us (default 1000) for S seconds (default 3),\n"
                    "  after allocating M MiB (default 0); D kernels per batch (default: about 4 ms of work);\n"

@@ -10,24 +10,27 @@
 namespace {
 
 void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: simgpu-stat [--json]\n"
-               "Prints what the simulated GPU (SIMGPU_STATE, default /dev/shm/simgpu) really did:\n"
-               "per device the memory in use, and per live process its memory, kernels and device time.\n"
-               "  --json   one JSON object: {\"devices\":[{\"index\",\"uuid\",\"total_bytes\",\"used_bytes\",\n"
-               "           \"busy_ns\",\"processes\":[{\"pid\",\"name\",\"memory_bytes\",\"kernels\",\"busy_ns\"}]}]}\n");
+  std::fprintf(
+      out,
+      "usage: simgpu-stat [--json]\n"
+      "Prints what the simulated GPU (SIMGPU_STATE, default /dev/shm/simgpu) really did:\n"
+      "per device the memory in use, and per live process its memory, kernels and device time.\n"
+      "  --json   one JSON object: {\"devices\":[{\"index\",\"uuid\",\"total_bytes\",\"used_bytes\",\n"
+      "           \"busy_ns\",\"processes\":[{\"pid\",\"name\",\"memory_bytes\",\"kernels\",\"busy_ns\"}]}]}\n");
 }
 
 std::string json_escape(const char* s) {
   std::string out;
   for (; *s; ++s) {
     unsigned char c = static_cast<unsigned char>(*s);
-    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
+    if (c == '"' || c == '\\')
+      out += '\\', out += static_cast<char>(c);
     else if (c < 0x20) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\u%04x", c);
       out += buf;
-    } else out += static_cast<char>(c);
+    } else
+      out += static_cast<char>(c);
   }
   return out;
 }
@@ -39,7 +42,8 @@ double mib(std::uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0);
 int main(int argc, char** argv) {
   bool json = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--json")) json = true;
+    if (!std::strcmp(argv[i], "--json"))
+      json = true;
     else if (!std::strcmp(argv[i], "--help") || !std::strcmp(argv[i], "-h")) {
       usage(stdout);
       return 0;
@@ -65,12 +69,12 @@ int main(int argc, char** argv) {
     const std::uint64_t used = total - free_b;
     const std::string uuid = simgpu::device_uuid_string(d);
     if (json) {
-      std::printf("%s{\"index\":%d,\"uuid\":\"%s\",\"name\":\"%s\",\"total_bytes\":%llu,\"used_bytes\":%llu,"
-                  "\"busy_ns\":%llu,\"kernels\":%llu,\"processes\":[",
-                  d ? "," : "", d, uuid.c_str(), simgpu::kDeviceName, static_cast<unsigned long long>(total),
-                  static_cast<unsigned long long>(used),
-                  static_cast<unsigned long long>(st.devices[d].busy_ns.load()),
-                  static_cast<unsigned long long>(st.devices[d].kernels.load()));
+      std::printf(
+          "%s{\"index\":%d,\"uuid\":\"%s\",\"name\":\"%s\",\"total_bytes\":%llu,\"used_bytes\":%llu,"
+          "\"busy_ns\":%llu,\"kernels\":%llu,\"processes\":[",
+          d ? "," : "", d, uuid.c_str(), simgpu::kDeviceName, static_cast<unsigned long long>(total),
+          static_cast<unsigned long long>(used), static_cast<unsigned long long>(st.devices[d].busy_ns.load()),
+          static_cast<unsigned long long>(st.devices[d].kernels.load()));
     } else {
       std::printf("device %d  %s  %s  memory %.1f / %.1f MiB  busy %.3f s  kernels %llu\n", d, uuid.c_str(),
                   simgpu::kDeviceName, mib(used), mib(total), st.devices[d].busy_ns.load() / 1e9,
@@ -85,11 +89,10 @@ int main(int argc, char** argv) {
       char name[sizeof slot.name + 1] = {};
       std::memcpy(name, slot.name, sizeof slot.name);
       if (json) {
-        std::printf("%s{\"pid\":%d,\"name\":\"%s\",\"memory_bytes\":%llu,\"kernels\":%llu,\"busy_ns\":%llu}",
-                    first ? "" : ",", pid, json_escape(name).c_str(),
-                    static_cast<unsigned long long>(s.memory_bytes.load()),
-                    static_cast<unsigned long long>(s.kernels.load()),
-                    static_cast<unsigned long long>(s.busy_ns.load()));
+        std::printf(
+            "%s{\"pid\":%d,\"name\":\"%s\",\"memory_bytes\":%llu,\"kernels\":%llu,\"busy_ns\":%llu}", first ? "" : ",",
+            pid, json_escape(name).c_str(), static_cast<unsigned long long>(s.memory_bytes.load()),
+            static_cast<unsigned long long>(s.kernels.load()), static_cast<unsigned long long>(s.busy_ns.load()));
       } else {
         std::printf("  %8d  %-16s %14.1f %12llu %14.3f\n", pid, name, mib(s.memory_bytes.load()),
                     static_cast<unsigned long long>(s.kernels.load()), s.busy_ns.load() / 1e9);

@@ -68,8 +68,8 @@ std::vector<int> visible_devices(const std::vector<PhysicalDevice>& devices, con
   const std::string list = visible;
   for (std::size_t pos = 0; !list.empty() && pos <= list.size();) {
     const std::size_t comma = list.find(',', pos);
-    const int d = entry_device(list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos), ordered,
-                               devices);
+    const int d =
+        entry_device(list.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos), ordered, devices);
     if (d < 0) break;  // the list ends at the first entry that names no device
     if (std::find(seen.begin(), seen.end(), d) != seen.end()) return {};  // named twice: none
     seen.push_back(d);

@@ -21,7 +21,7 @@
 namespace simgpu {
 
 struct PhysicalDevice {
-  std::string uuid;       // "GPU-..."
+  std::string uuid;  // "GPU-..."
   unsigned pci_bus = 0;
   std::uint32_t sm_count = 0;
 };

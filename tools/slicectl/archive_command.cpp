@@ -27,9 +27,11 @@ int run_archive(std::vector<std::string> argv) {
   std::size_t unreadable = 0;
   for (const slice::TenantView& t : tenants) unreadable += t.readable ? 0 : 1;
   std::printf("archived %zu record%s of %zu tenant%s into %s\n", records, records == 1 ? "" : "s",
-              tenants.size() - unreadable, tenants.size() - unreadable == 1 ? "" : "s", shown(archive.path, 200).c_str());
+              tenants.size() - unreadable, tenants.size() - unreadable == 1 ? "" : "s",
+              shown(archive.path, 200).c_str());
   for (const slice::TenantView& t : tenants)
-    if (!t.readable) std::fprintf(stderr, "slicectl archive: tenant '%s' cannot be read: %s\n", t.name.c_str(), t.problem.c_str());
+    if (!t.readable)
+      std::fprintf(stderr, "slicectl archive: tenant '%s' cannot be read: %s\n", t.name.c_str(), t.problem.c_str());
   return unreadable == 0 ? kExitOk : kExitFailure;
 }
 

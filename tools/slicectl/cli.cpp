@@ -28,8 +28,8 @@ void invalid_option(std::string_view option, std::string_view value, std::string
 void check_tenant_argument(const std::string& tenant, std::string_view example) {
   if (auto name = slice::parse_tenant_name(tenant); !name)
     throw CommandError{kExitUsage,
-                       "tenant '" + slice::printable(tenant) + "' is not a valid name: " + name.reason + "; example: " +
-                           std::string(example),
+                       "tenant '" + slice::printable(tenant) + "' is not a valid name: " + name.reason +
+                           "; example: " + std::string(example),
                        false};
 }
 
@@ -78,7 +78,8 @@ bool CommonOptions::read(ArgReader& args) {
     return true;
   }
   if (args.option("--policy-dir", value)) {
-    if (value.empty() || value[0] != '/') invalid_option("--policy-dir", value, "not an absolute path", SLICE_DEFAULT_POLICY_DIR);
+    if (value.empty() || value[0] != '/')
+      invalid_option("--policy-dir", value, "not an absolute path", SLICE_DEFAULT_POLICY_DIR);
     policy_dir = value;
     return true;
   }
@@ -101,13 +102,15 @@ bool ArchiveOption::read(ArgReader& args) {
 void require_coordinator(const std::string& dir) {
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) {
-    if (errno == ENOENT) fail("no coordinator at " + slice::printable(dir, 256) + ": no libslice process has run with it");
+    if (errno == ENOENT)
+      fail("no coordinator at " + slice::printable(dir, 256) + ": no libslice process has run with it");
     fail("cannot use " + slice::printable(dir, 256) + ": " + std::strerror(errno));
   }
   if (!S_ISDIR(st.st_mode)) fail("no coordinator at " + slice::printable(dir, 256) + ": it is not a directory");
   const std::string tenants = dir + "/tenants";
   if (stat(tenants.c_str(), &st) != 0 && errno == ENOENT)
-    fail("no coordinator at " + slice::printable(dir, 256) + ": no libslice process has run with it (it has no tenants/ folder)");
+    fail("no coordinator at " + slice::printable(dir, 256) +
+         ": no libslice process has run with it (it has no tenants/ folder)");
 }
 
 std::string shown(std::string_view text, std::size_t max_bytes) { return slice::printable(text, max_bytes); }

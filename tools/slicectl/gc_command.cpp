@@ -33,8 +33,10 @@ int run_gc(std::vector<std::string> argv) {
   std::string only;
   while (!args.done()) {
     if (common.read(args)) continue;
-    if (!args.peek().empty() && args.peek()[0] != '-' && only.empty()) only = args.take();
-    else unknown_option(args.peek());
+    if (!args.peek().empty() && args.peek()[0] != '-' && only.empty())
+      only = args.take();
+    else
+      unknown_option(args.peek());
   }
   if (!only.empty()) check_tenant_argument(only, "slicectl gc team-a");
   const std::string& dir = common.coordinator;

@@ -4,10 +4,11 @@
 
 namespace slicectl {
 
-#define SLICECTL_COORDINATOR_HELP                                                                  \
-  "  --coordinator DIR  the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"       \
-  "                     " SLICE_DEFAULT_COORDINATOR_DIR "); the same one the programs under libslice use\n"       \
-  "  --policy-dir DIR   the administrator's policy folder (default: $SLICE_POLICY_DIR, else\n"    \
+#define SLICECTL_COORDINATOR_HELP                                                              \
+  "  --coordinator DIR  the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"    \
+  "                     " SLICE_DEFAULT_COORDINATOR_DIR                                        \
+  "); the same one the programs under libslice use\n"                                          \
+  "  --policy-dir DIR   the administrator's policy folder (default: $SLICE_POLICY_DIR, else\n" \
   "                     " SLICE_DEFAULT_POLICY_DIR ")\n"
 
 #define SLICECTL_ARCHIVE_HELP                                                                      \
@@ -98,13 +99,15 @@ const char* const kSetUsage =
     "  --group GROUP          the group (name or number) whose members run the tenant's processes;\n"
     "                         without it, only root may write the tenant's file (kept in the policy)\n"
     "  --remove               remove the policy: the tenant's own limits hold again\n"
-                         "  --compute P            compute share: percent of GPU time guaranteed under contention (1-100)\n"
+    "  --compute P            compute share: percent of GPU time guaranteed under contention (1-100)\n"
     "  --limit P              compute limit: hard ceiling, percent of GPU time (1-100)\n"
     "  --priority high|normal|low\n"
     "                         high is served first; low only fills idle time\n"
     "  --coordinator DIR      the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"
-    "                         " SLICE_DEFAULT_COORDINATOR_DIR ")\n"
-    "  --policy-dir DIR       the policy folder (default: $SLICE_POLICY_DIR, else " SLICE_DEFAULT_POLICY_DIR ")\n"
+    "                         " SLICE_DEFAULT_COORDINATOR_DIR
+    ")\n"
+    "  --policy-dir DIR       the policy folder (default: $SLICE_POLICY_DIR, else " SLICE_DEFAULT_POLICY_DIR
+    ")\n"
     "\n"
     "example: sudo slicectl set inference --memory 8Gi --compute 30 --priority high\n";
 
@@ -150,7 +153,8 @@ const char* const kMetricsUsage =
     "                      has the GPUs' series and no tenant's; 503 while the coordinator\n"
     "                      cannot be read.\n"
     "  --coordinator DIR   the coordinator directory (default: $SLICE_COORDINATOR_DIR, else\n"
-    "                      " SLICE_DEFAULT_COORDINATOR_DIR ")\n"
+    "                      " SLICE_DEFAULT_COORDINATOR_DIR
+    ")\n"
     "\n"
     "exit status: 0 done (or stopped by a signal), 1 the port is in use or the coordinator cannot\n"
     "be read, 2 wrong command line (a bad ADDR:PORT)\n";
@@ -204,8 +208,8 @@ const char* const kRmUsage =
     "to remove it (root, or the file's owner). An administrator's policy for the tenant is kept.\n"
     "\n"
     "  --force            remove it even with dead processes not yet reaped (never with a live one),\n"
-    "                     and even when its record cannot be archived\n"
-    SLICECTL_COORDINATOR_HELP SLICECTL_ARCHIVE_HELP;
+    "                     and even when its record cannot be archived\n" SLICECTL_COORDINATOR_HELP
+        SLICECTL_ARCHIVE_HELP;
 
 const char* usage_of(std::string_view subcommand) {
   if (subcommand == "status") return kStatusUsage;

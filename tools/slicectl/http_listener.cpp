@@ -55,10 +55,17 @@ void read_request(Connection& c, const HttpHandler& handler) {
   c.received.append(buf, static_cast<std::size_t>(n));
   HttpRequest request;
   switch (parse_request_head(c.received, request)) {
-    case RequestHead::incomplete: return;
-    case RequestHead::malformed: c.reply = response_text(plain_error(400, "malformed request"), false); return;
-    case RequestHead::too_large: c.reply = response_text(plain_error(431, "request head too large"), false); return;
-    case RequestHead::complete: c.reply = response_text(handler(request), request.method == "HEAD"); return;
+    case RequestHead::incomplete:
+      return;
+    case RequestHead::malformed:
+      c.reply = response_text(plain_error(400, "malformed request"), false);
+      return;
+    case RequestHead::too_large:
+      c.reply = response_text(plain_error(431, "request head too large"), false);
+      return;
+    case RequestHead::complete:
+      c.reply = response_text(handler(request), request.method == "HEAD");
+      return;
   }
 }
 
@@ -127,8 +134,10 @@ void serve_http(int listen_fd, SignalWatch& signals, const HttpHandler& handler)
       if (i >= fds.size() || fds[i].fd != c.fd) break;  // accepted just now: polled next time
       const short events = fds[i++].revents;
       if (events & (POLLIN | POLLHUP | POLLERR)) {
-        if (c.reply.empty()) read_request(c, handler);
-        else c.done = true;  // the peer went away while we were writing
+        if (c.reply.empty())
+          read_request(c, handler);
+        else
+          c.done = true;  // the peer went away while we were writing
       }
       if (!c.done && !c.reply.empty()) send_reply(c);  // EAGAIN: when POLLOUT says so
       if (after >= c.deadline) c.done = true;

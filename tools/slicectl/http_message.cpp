@@ -15,19 +15,25 @@ bool is_token(std::string_view s) {
 }
 
 bool is_target(std::string_view s) {
-  return !s.empty() && s.front() == '/' &&
-         std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
+  return !s.empty() && s.front() == '/' && std::all_of(s.begin(), s.end(), [](char c) { return c > 0x20 && c < 0x7f; });
 }
 
 std::string_view reason(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 400: return "Bad Request";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 431: return "Request Header Fields Too Large";
-    case 503: return "Service Unavailable";
-    default: return "Internal Server Error";
+    case 200:
+      return "OK";
+    case 400:
+      return "Bad Request";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 431:
+      return "Request Header Fields Too Large";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Internal Server Error";
   }
 }
 

@@ -21,15 +21,9 @@ struct Subcommand {
 };
 
 constexpr Subcommand kSubcommands[] = {
-    {"status", slicectl::run_status},
-    {"set", slicectl::run_set},
-    {"gc", slicectl::run_gc},
-    {"rm", slicectl::run_rm},
-    {"usage", slicectl::run_usage},
-    {"top", slicectl::run_top},
-    {"metrics", slicectl::run_metrics},
-    {"archive", slicectl::run_archive},
-    {"prepare", slicectl::run_prepare},
+    {"status", slicectl::run_status},   {"set", slicectl::run_set},         {"gc", slicectl::run_gc},
+    {"rm", slicectl::run_rm},           {"usage", slicectl::run_usage},     {"top", slicectl::run_top},
+    {"metrics", slicectl::run_metrics}, {"archive", slicectl::run_archive}, {"prepare", slicectl::run_prepare},
 };
 
 bool is_help(std::string_view a) { return a == "--help" || a == "-h"; }

@@ -64,8 +64,10 @@ int run_metrics(std::vector<std::string> argv) {
   std::string listen;
   bool listening = false;
   while (!args.done()) {
-    if (args.option("--listen", listen)) listening = true;
-    else if (!common.read(args)) unknown_option(args.peek());
+    if (args.option("--listen", listen))
+      listening = true;
+    else if (!common.read(args))
+      unknown_option(args.peek());
   }
   if (listening) return serve(listen, common);
   std::fputs(metrics_text(read_status(common.coordinator, common.policy_dir)).c_str(), stdout);

@@ -83,7 +83,9 @@ const TenantFamily kTenantFamilies[] = {
     // after its processes exit until slicectl rm.
     {"slice_tenant_device_seconds_total", "counter",
      "Device time the tenant received on the GPU, in seconds, as the compute scheduler measures it.",
-     [](const TenantOnDevice& on) -> Value { return SampleValue::of(static_cast<double>(on.usage().device_ns_total) / 1e9); }},
+     [](const TenantOnDevice& on) -> Value {
+       return SampleValue::of(static_cast<double>(on.usage().device_ns_total) / 1e9);
+     }},
     {"slice_tenant_memory_byte_seconds_total", "counter",
      "Memory the tenant's processes held on the GPU, integrated over time, in byte-seconds.",
      [](const TenantOnDevice& on) -> Value { return SampleValue::of(on.usage().memory_byte_seconds_total); }},

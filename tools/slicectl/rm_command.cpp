@@ -35,9 +35,12 @@ int run_rm(std::vector<std::string> argv) {
   bool force = false;
   while (!args.done()) {
     if (common.read(args) || archive.read(args)) continue;
-    if (args.flag("--force")) force = true;
-    else if (!args.peek().empty() && args.peek()[0] != '-' && tenant.empty()) tenant = args.take();
-    else unknown_option(args.peek());
+    if (args.flag("--force"))
+      force = true;
+    else if (!args.peek().empty() && args.peek()[0] != '-' && tenant.empty())
+      tenant = args.take();
+    else
+      unknown_option(args.peek());
   }
   if (tenant.empty()) usage_error("which tenant? example: slicectl rm team-a");
   check_tenant_argument(tenant, "slicectl rm team-a");

@@ -41,7 +41,8 @@ std::string plain_text(const std::vector<ScreenLine>& lines, std::size_t columns
 }
 
 std::string screen_frame(const std::vector<ScreenLine>& lines, std::size_t columns, std::size_t rows, bool color) {
-  std::vector<ScreenLine> shown(lines.begin(), lines.begin() + static_cast<std::ptrdiff_t>(std::min(lines.size(), rows)));
+  std::vector<ScreenLine> shown(lines.begin(),
+                                lines.begin() + static_cast<std::ptrdiff_t>(std::min(lines.size(), rows)));
   if (lines.size() > rows && rows > 0) {
     shown.back() = {"(" + std::to_string(lines.size() - rows + 1) + " more lines: a taller window shows them)", {}};
   }

@@ -28,7 +28,7 @@ constexpr const char* kExampleUuid = "GPU-5a1c0e2f-8d3b-4c1a-9e7f-0123456789ab";
 // What the command line asks to change; anything not given keeps the policy's value.
 struct Changes {
   std::string tenant;
-  std::optional<std::optional<slice::MemoryLimit>> memory;    // inner nullopt: remove ("none")
+  std::optional<std::optional<slice::MemoryLimit>> memory;           // inner nullopt: remove ("none")
   std::map<std::string, std::optional<slice::MemoryLimit>> per_gpu;  // nullopt: remove
   std::optional<unsigned> compute_share;
   std::optional<unsigned> compute_limit;
@@ -36,9 +36,7 @@ struct Changes {
   std::optional<unsigned> group;  // the group whose members run the tenant's processes
   bool remove = false;            // --remove: the policy goes, the tenant's own limits hold again
 
-  bool empty() const {
-    return !memory && per_gpu.empty() && !compute_share && !compute_limit && !priority && !group;
-  }
+  bool empty() const { return !memory && per_gpu.empty() && !compute_share && !compute_limit && !priority && !group; }
 };
 
 // "none", or a cap as parse_memory_limit reads it.
@@ -107,9 +105,12 @@ Changes read_changes(ArgReader& args, CommonOptions& common) {
   }
   if (c.tenant.empty()) usage_error("which tenant? give its name: slicectl set TENANT --memory 4Gi");
   check_tenant_argument(c.tenant, "slicectl set team-a --memory 4Gi");
-  if (c.remove && !c.empty()) usage_error("--remove takes the whole policy away: give it alone (slicectl set team-a --remove)");
+  if (c.remove && !c.empty())
+    usage_error("--remove takes the whole policy away: give it alone (slicectl set team-a --remove)");
   if (!c.remove && c.empty())
-    usage_error("nothing to set: give at least one of --memory, --memory-gpu, --compute, --limit, --priority, --group, or --remove");
+    usage_error(
+        "nothing to set: give at least one of --memory, --memory-gpu, --compute, --limit, --priority, --group, or "
+        "--remove");
   return c;
 }
 
@@ -118,8 +119,10 @@ void apply(const Changes& c, slice::Policy& p) {
   for (const auto& [uuid, limit] : c.per_gpu) {
     // The policy file has no "none" for one GPU: removing the entry lets --memory (or the
     // tenant's own cap) hold there again.
-    if (limit) p.per_gpu[uuid] = limit;
-    else p.per_gpu.erase(uuid);
+    if (limit)
+      p.per_gpu[uuid] = limit;
+    else
+      p.per_gpu.erase(uuid);
   }
   if (c.compute_share) p.compute_share = *c.compute_share;
   if (c.compute_limit) p.compute_limit = *c.compute_limit;
@@ -155,8 +158,9 @@ void print_in_effect(const CommonOptions& common, const std::string& tenant) {
                   g.compute_share);
     // PolicyWatcher: a process that started before the coordinator had any policy looks for the
     // policy folder once a second; after that a change holds at its next allocation.
-    std::printf("its running processes take the new limits at their next allocation (within a second if\n"
-                "they started before this coordinator had any policy)\n");
+    std::printf(
+        "its running processes take the new limits at their next allocation (within a second if\n"
+        "they started before this coordinator had any policy)\n");
     return;
   }
   std::printf("tenant '%s' has not started yet: its first process takes this policy\n", tenant.c_str());
@@ -180,10 +184,13 @@ int run_set(std::vector<std::string> argv) {
     const bool had = lstat((policies + "/" + changes.tenant).c_str(), &st) == 0;
     if (!slice::remove_policy(policies, changes.tenant, error)) fail(error);
     if (had)
-      std::printf("policy of tenant '%s' removed: its own limits (its first process's SLICE_* variables) hold from its\n"
-                  "processes' next allocation\n", changes.tenant.c_str());
+      std::printf(
+          "policy of tenant '%s' removed: its own limits (its first process's SLICE_* variables) hold from its\n"
+          "processes' next allocation\n",
+          changes.tenant.c_str());
     else
-      std::printf("tenant '%s' had no policy in %s: nothing to remove\n", changes.tenant.c_str(), shown(policies, 200).c_str());
+      std::printf("tenant '%s' had no policy in %s: nothing to remove\n", changes.tenant.c_str(),
+                  shown(policies, 200).c_str());
     return kExitOk;
   }
 

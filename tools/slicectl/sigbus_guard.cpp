@@ -11,7 +11,8 @@ void on_sigbus(int) { siglongjmp(g_fault, 1); }
 }  // namespace
 
 bool run_without_sigbus(const std::function<void()>& body) {
-  struct sigaction sa {}, old {};
+  struct sigaction sa {
+  }, old{};
   sa.sa_handler = on_sigbus;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGBUS, &sa, &old);

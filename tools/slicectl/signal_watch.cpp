@@ -23,7 +23,8 @@ SignalWatch::SignalWatch(std::initializer_list<int> signals) : signals_(signals)
   for (const int s : signals_) {
     sigdelset(&waiting_mask_, s);
     caught[s] = 0;
-    struct sigaction action {}, old {};
+    struct sigaction action {
+    }, old{};
     action.sa_handler = note;
     sigemptyset(&action.sa_mask);
     sigaction(s, &action, &old);

@@ -10,12 +10,16 @@ int run_status(std::vector<std::string> argv) {
   CommonOptions common;
   bool json = false;
   while (!args.done()) {
-    if (args.flag("--json")) json = true;
-    else if (!common.read(args)) unknown_option(args.peek());
+    if (args.flag("--json"))
+      json = true;
+    else if (!common.read(args))
+      unknown_option(args.peek());
   }
   const CoordinatorStatus status = read_status(common.coordinator, common.policy_dir);
-  if (json) print_status_json(status);
-  else print_status_table(status);
+  if (json)
+    print_status_json(status);
+  else
+    print_status_table(status);
   return kExitOk;
 }
 

@@ -37,9 +37,9 @@ struct DeviceStatus {
   // GPU, the position in UUID order after NVML's: stable however tenants come and go.
   int index = 0;
   std::string uuid;
-  std::string name;                // as the first tenant (by name) that uses it recorded it, else NVML's
-  std::uint64_t total_bytes = 0;   // likewise
-  std::uint64_t used_bytes = 0;    // sum over its tenants (saturating: files are not trusted)
+  std::string name;                     // as the first tenant (by name) that uses it recorded it, else NVML's
+  std::uint64_t total_bytes = 0;        // likewise
+  std::uint64_t used_bytes = 0;         // sum over its tenants (saturating: files are not trusted)
   std::vector<TenantOnDevice> tenants;  // by tenant name
 };
 

@@ -47,8 +47,8 @@ std::string overhead_text(slice::Reconciled r, std::uint64_t bytes) {
 std::string device_table(const DeviceStatus& d) {
   TextTable t({Align::left, Align::right, Align::right, Align::right, Align::right, Align::right, Align::right,
                Align::left, Align::right, Align::right});
-  t.add({"TENANT / PROCESS", "MEMORY USED", "OVERHEAD", "CAP", "USE", "SHARE", "LIMIT", "PRIORITY", "COMPUTE 1s",
-         "10s"});
+  t.add(
+      {"TENANT / PROCESS", "MEMORY USED", "OVERHEAD", "CAP", "USE", "SHARE", "LIMIT", "PRIORITY", "COMPUTE 1s", "10s"});
   for (const TenantOnDevice& on : d.tenants) {
     const slice::TenantView& tenant = *on.tenant;
     const slice::TenantGpuView& u = on.usage();
@@ -70,8 +70,8 @@ std::string device_table(const DeviceStatus& d) {
 void print_status_table(const CoordinatorStatus& s) {
   const std::size_t n = s.tenants.size();
   if (s.idle)
-    std::printf("coordinator %s: idle (no libslice process has run with it yet); %zu GPU%s\n", shown(s.dir, 200).c_str(),
-                s.devices.size(), s.devices.size() == 1 ? "" : "s");
+    std::printf("coordinator %s: idle (no libslice process has run with it yet); %zu GPU%s\n",
+                shown(s.dir, 200).c_str(), s.devices.size(), s.devices.size() == 1 ? "" : "s");
   else
     std::printf("coordinator %s: %zu tenant%s on %zu GPU%s\n", shown(s.dir, 200).c_str(), n, n == 1 ? "" : "s",
                 s.devices.size(), s.devices.size() == 1 ? "" : "s");

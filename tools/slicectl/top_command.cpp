@@ -118,14 +118,18 @@ int run_top(std::vector<std::string> argv) {
   double interval = 1;
   bool once = false;
   while (!args.done()) {
-    if (args.option("--interval", value)) interval = parse_interval(value);
-    else if (args.flag("--once")) once = true;
-    else if (!common.read(args)) unknown_option(args.peek());
+    if (args.option("--interval", value))
+      interval = parse_interval(value);
+    else if (args.flag("--once"))
+      once = true;
+    else if (!common.read(args))
+      unknown_option(args.peek());
   }
   // A coordinator that cannot be read: exit 1 before drawing (none at all is an idle machine).
   const CoordinatorStatus first = read_status(common.coordinator, common.policy_dir);
   if (once || !isatty(STDOUT_FILENO)) {
-    const std::size_t columns = isatty(STDOUT_FILENO) ? static_cast<std::size_t>(window_size(STDOUT_FILENO).columns) : 80;
+    const std::size_t columns =
+        isatty(STDOUT_FILENO) ? static_cast<std::size_t>(window_size(STDOUT_FILENO).columns) : 80;
     std::fputs(plain_text(page(first, "snapshot", columns), columns).c_str(), stdout);
     return kExitOk;
   }

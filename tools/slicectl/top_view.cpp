@@ -51,7 +51,8 @@ ScreenLine bar_line(std::string_view label, const std::vector<BarPart>& parts, s
   // The bar takes what the rest of the line leaves ("] 100.0%" at most): at least 10 columns (a
   // narrow window cuts the line).
   constexpr std::size_t kTail = 8;
-  const std::size_t width = std::max<std::size_t>(10, columns > head.size() + kTail ? columns - head.size() - kTail : 0);
+  const std::size_t width =
+      std::max<std::size_t>(10, columns > head.size() + kTail ? columns - head.size() - kTail : 0);
   ScreenLine line{head, {}};
   double cumulative = 0;
   std::size_t filled = 0;
@@ -69,9 +70,9 @@ ScreenLine bar_line(std::string_view label, const std::vector<BarPart>& parts, s
 }
 
 std::string device_heading(const DeviceStatus& d, std::size_t columns) {
-  const std::string use = d.total_bytes ? " (" + percent_text(static_cast<double>(d.used_bytes) /
-                                                             static_cast<double>(d.total_bytes)) + ")"
-                                        : "";
+  const std::string use =
+      d.total_bytes ? " (" + percent_text(static_cast<double>(d.used_bytes) / static_cast<double>(d.total_bytes)) + ")"
+                    : "";
   const std::string heading = "GPU " + std::to_string(d.index) + "  " + shown(d.name) + "  " +
                               slice::describe_bytes(d.used_bytes) + " of " + slice::describe_bytes(d.total_bytes) + use;
   // The UUID whole or not at all (slicectl status shows it always).
@@ -103,14 +104,15 @@ std::vector<ScreenLine> device_lines(const CoordinatorStatus& s, const DeviceSta
     const slice::TenantGpuView& u = on.usage();
     const TenantMark m = mark_of(s, &t);
     const auto share = [](std::optional<double> x) { return x ? percent_text(*x) : std::string("-"); };
-    rows.push_back({{std::string(1, m.letter) + " " + t.name + (t.policy ? " *" : ""), std::to_string(t.processes.size()),
-                     slice::describe_bytes(u.used_bytes) + " / " + slice::describe_bytes(u.cap_bytes),
-                     std::to_string(u.compute_share) + "%", share(u.compute_used_1s), share(u.compute_used_10s)},
-                    m});
+    rows.push_back(
+        {{std::string(1, m.letter) + " " + t.name + (t.policy ? " *" : ""), std::to_string(t.processes.size()),
+          slice::describe_bytes(u.used_bytes) + " / " + slice::describe_bytes(u.cap_bytes),
+          std::to_string(u.compute_share) + "%", share(u.compute_used_1s), share(u.compute_used_10s)},
+         m});
     for (const slice::ProcessView& p : t.processes)
-      rows.push_back({{"    " + std::to_string(p.pid) + " " + shown(p.comm, 16), "",
-                       slice::describe_bytes(on.process_memory(p))},
-                      std::nullopt});
+      rows.push_back(
+          {{"    " + std::to_string(p.pid) + " " + shown(p.comm, 16), "", slice::describe_bytes(on.process_memory(p))},
+           std::nullopt});
   }
   const auto render = [&](std::size_t name_width) {
     TextTable table({Align::left, Align::right, Align::right, Align::right, Align::right, Align::right});

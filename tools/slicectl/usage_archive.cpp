@@ -36,7 +36,9 @@ class Statement {
   Statement& operator=(const Statement&) = delete;
   explicit operator bool() const { return stmt_ != nullptr; }
   sqlite3_stmt* get() const { return stmt_; }
-  void text(int i, const std::string& v) { sqlite3_bind_text(stmt_, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT); }
+  void text(int i, const std::string& v) {
+    sqlite3_bind_text(stmt_, i, v.c_str(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+  }
   void integer(int i, std::uint64_t v) { sqlite3_bind_int64(stmt_, i, static_cast<sqlite3_int64>(v)); }
   void real(int i, double v) { sqlite3_bind_double(stmt_, i, v); }
   // One execution of a statement that returns no rows; reset for the next.
@@ -91,7 +93,8 @@ std::unique_ptr<UsageArchive> UsageArchive::open_for_writing(const std::string& 
   // A rollback journal, not WAL: a reader without write access (`slicectl usage` as any user) can
   // read it; writes take milliseconds every few minutes, and readers wait them out (busy timeout).
   // FULL: an archive run that returned is on disk, whatever happens to the machine next.
-  if (!a->exec("PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL;", error) || !a->exec(kSchema, error)) return nullptr;
+  if (!a->exec("PRAGMA journal_mode=DELETE; PRAGMA synchronous=FULL;", error) || !a->exec(kSchema, error))
+    return nullptr;
   Statement version(db, "PRAGMA user_version");
   if (!version || sqlite3_step(version.get()) != SQLITE_ROW) {
     error = message_of(db, "cannot read the usage archive's version");
@@ -198,7 +201,8 @@ bool UsageArchive::load(std::vector<ArchivedRecord>& out, std::string& error) {
       r.uuid = column_text(records.get(), 1);
       r.segment.started_ms = column_u64(records.get(), 2);
       r.gpu_name = column_text(records.get(), 3);
-      r.segment.end = {column_u64(records.get(), 4), column_u64(records.get(), 5), sqlite3_column_double(records.get(), 6)};
+      r.segment.end = {column_u64(records.get(), 4), column_u64(records.get(), 5),
+                       sqlite3_column_double(records.get(), 6)};
       index[{r.tenant, r.uuid, r.segment.started_ms}] = out.size();
       out.push_back(std::move(r));
     }
@@ -214,13 +218,15 @@ bool UsageArchive::load(std::vector<ArchivedRecord>& out, std::string& error) {
                     "ORDER BY tenant, gpu_uuid, started_ms, wall_ms");
   int rc = samples ? SQLITE_ROW : SQLITE_ERROR;
   while (samples && (rc = sqlite3_step(samples.get())) == SQLITE_ROW) {
-    const auto it = index.find({column_text(samples.get(), 0), column_text(samples.get(), 1), column_u64(samples.get(), 2)});
+    const auto it =
+        index.find({column_text(samples.get(), 0), column_text(samples.get(), 1), column_u64(samples.get(), 2)});
     if (it == index.end()) continue;
     UsageSegment& seg = out[it->second].segment;
     const slice::UsagePoint p{column_u64(samples.get(), 3), column_u64(samples.get(), 4),
                               sqlite3_column_double(samples.get(), 5)};
     // As the live reader does (usage_samples): counters never go down, nor pass the totals.
-    if (p.wall_ms > seg.end.wall_ms || p.device_ns > seg.end.device_ns || p.memory_byte_seconds > seg.end.memory_byte_seconds)
+    if (p.wall_ms > seg.end.wall_ms || p.device_ns > seg.end.device_ns ||
+        p.memory_byte_seconds > seg.end.memory_byte_seconds)
       continue;
     if (!seg.samples.empty() &&
         (p.device_ns < seg.samples.back().device_ns || p.memory_byte_seconds < seg.samples.back().memory_byte_seconds))

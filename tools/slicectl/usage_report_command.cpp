@@ -61,14 +61,15 @@ std::string csv_field(const std::string& text) {
 }
 
 void print_csv(const std::vector<UsageRow>& rows) {
-  std::printf("tenant,gpu_uuid,gpu_name,from,to,device_seconds,device_hours,memory_gib_hours,memory_byte_seconds,"
-              "live_processes\n");
+  std::printf(
+      "tenant,gpu_uuid,gpu_name,from,to,device_seconds,device_hours,memory_gib_hours,memory_byte_seconds,"
+      "live_processes\n");
   for (const UsageRow& r : rows)
     std::printf("%s,%s,%s,%s,%s,%s,%s,%s,%s,%zu\n", r.tenant.c_str(), csv_field(shown(r.uuid, 64)).c_str(),
-                csv_field(shown(r.gpu_name)).c_str(), slice::utc_text(r.from_ms).c_str(), slice::utc_text(r.to_ms).c_str(),
-                fixed(r.device_seconds, 3).c_str(), fixed(r.device_seconds / 3600, 6).c_str(),
-                fixed(r.memory_byte_seconds / kGiB / 3600, 6).c_str(), fixed(r.memory_byte_seconds, 0).c_str(),
-                r.live_processes);
+                csv_field(shown(r.gpu_name)).c_str(), slice::utc_text(r.from_ms).c_str(),
+                slice::utc_text(r.to_ms).c_str(), fixed(r.device_seconds, 3).c_str(),
+                fixed(r.device_seconds / 3600, 6).c_str(), fixed(r.memory_byte_seconds / kGiB / 3600, 6).c_str(),
+                fixed(r.memory_byte_seconds, 0).c_str(), r.live_processes);
 }
 
 void print_table(const std::string& dir, const std::vector<UsageRow>& rows, std::optional<std::uint64_t> since) {
@@ -156,8 +157,10 @@ int run_usage(std::vector<std::string> argv) {
     }
   }
   std::stable_sort(rows.begin(), rows.end(), [](const UsageRow& a, const UsageRow& b) { return a.tenant < b.tenant; });
-  if (csv) print_csv(rows);
-  else print_table(dir, rows, since);
+  if (csv)
+    print_csv(rows);
+  else
+    print_table(dir, rows, since);
   std::fflush(stdout);
   for (const std::string& w : warnings) std::fprintf(stderr, "slicectl usage: %s\n", w.c_str());
   return kExitOk;

@@ -28,14 +28,25 @@ ParseResult<std::uint64_t> parse_duration(std::string_view text, std::uint64_t n
     n = n * 10 + static_cast<std::uint64_t>(text[i] - '0');
   }
   if (i == 0 || i + 1 != text.size())
-    return ParseResult<std::uint64_t>::refuse("not a date (2026-11-30, 2026-11-30T14:00Z) nor a duration (90m, 24h, 7d)");
+    return ParseResult<std::uint64_t>::refuse(
+        "not a date (2026-11-30, 2026-11-30T14:00Z) nor a duration (90m, 24h, 7d)");
   std::uint64_t unit_s = 0;
   switch (text[i]) {
-    case 's': unit_s = 1; break;
-    case 'm': unit_s = 60; break;
-    case 'h': unit_s = 3600; break;
-    case 'd': unit_s = 86400; break;
-    case 'w': unit_s = 7 * 86400; break;
+    case 's':
+      unit_s = 1;
+      break;
+    case 'm':
+      unit_s = 60;
+      break;
+    case 'h':
+      unit_s = 3600;
+      break;
+    case 'd':
+      unit_s = 86400;
+      break;
+    case 'w':
+      unit_s = 7 * 86400;
+      break;
     default:
       return ParseResult<std::uint64_t>::refuse(std::string("unknown unit '") + text[i] + "' (s, m, h, d or w)");
   }
@@ -53,8 +64,10 @@ ParseResult<std::uint64_t> parse_since(std::string_view text, std::uint64_t now_
   // A date starts with four digits and a dash; anything else is a duration.
   if (text.size() < 5 || text[4] != '-') return parse_duration(text, now_ms);
   std::string_view t = text;
-  if (t.size() >= 3 && t.substr(t.size() - 3) == "UTC") t.remove_suffix(t.size() >= 4 && t[t.size() - 4] == ' ' ? 4 : 3);
-  else if (!t.empty() && (t.back() == 'Z' || t.back() == 'z')) t.remove_suffix(1);
+  if (t.size() >= 3 && t.substr(t.size() - 3) == "UTC")
+    t.remove_suffix(t.size() >= 4 && t[t.size() - 4] == ' ' ? 4 : 3);
+  else if (!t.empty() && (t.back() == 'Z' || t.back() == 'z'))
+    t.remove_suffix(1);
   int year = 0, month = 0, day = 0, hour = 0, minute = 0, second = 0;
   const bool date = t.size() >= 10 && number_at(t, 0, 4, year) && t[4] == '-' && number_at(t, 5, 2, month) &&
                     t[7] == '-' && number_at(t, 8, 2, day);
