@@ -55,15 +55,8 @@ def main():
     checks = ps.Checks()
     started = time.monotonic()
 
-    coordinator = os.environ.get("SLICE_COORDINATOR_DIR", os.path.join(base, "coordinator"))
-    policy = os.environ.get("SLICE_POLICY_DIR", os.path.join(base, "policy"))
-    checks.check(not os.path.exists(coordinator) and not os.path.exists(policy),
-                 "a fresh node: no coordinator folder and no policy folder yet")
-    host_lib = os.path.join(base, "host-lib")
-    ps.write_host_lib_dir(host_lib, libslice)  # the DaemonSet's init container's work
-    gpu = ps.SimulatedGpu(base, simgpu_lib_dir)
-    control = os.path.join(base, "control")
-    os.makedirs(control)
+    host = ps.FreshHost(base, libslice, simgpu_lib_dir, checks, "node")  # after the DaemonSet's init container
+    coordinator, policy, host_lib, gpu, control = host.coordinator, host.policy, host.host_lib, host.gpu, host.control
     plugin_dir = os.path.join(base, "dp")  # short: a Unix socket's path has at most 107 characters
     os.makedirs(plugin_dir)
 

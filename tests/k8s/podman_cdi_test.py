@@ -64,15 +64,8 @@ def main():
     started = time.monotonic()
 
     # A fresh host: the folders the spec mounts do not exist yet.
-    coordinator = os.environ.get("SLICE_COORDINATOR_DIR", os.path.join(base, "coordinator"))
-    policy = os.environ.get("SLICE_POLICY_DIR", os.path.join(base, "policy"))
-    checks.check(not os.path.exists(coordinator) and not os.path.exists(policy),
-                 "a fresh host: no coordinator folder and no policy folder yet")
-    host_lib = os.path.join(base, "host-lib")
-    ps.write_host_lib_dir(host_lib, libslice)
-    gpu = ps.SimulatedGpu(base, simgpu_lib_dir)
-    control = os.path.join(base, "control")
-    os.makedirs(control)
+    host = ps.FreshHost(base, libslice, simgpu_lib_dir, checks)
+    coordinator, policy, host_lib, gpu, control = host.coordinator, host.policy, host.host_lib, host.gpu, host.control
     tool_env = dict(gpu.env, SLICE_COORDINATOR_DIR=coordinator, SLICE_POLICY_DIR=policy)
 
     podman = ps.Podman(base)

@@ -435,6 +435,23 @@ def tenants_on(status, gpu_uuid):
     return []
 
 
+class FreshHost:
+    """A node or host as a container tool first meets it: no coordinator folder and no policy folder
+    yet (checked), libslice's host folder written as the device plugin's init container writes it,
+    the simulated GPU, and a control folder the test mounts into its containers."""
+
+    def __init__(self, base, libslice, simgpu_lib_dir, checks, what="host"):
+        self.coordinator = os.environ.get("SLICE_COORDINATOR_DIR", os.path.join(base, "coordinator"))
+        self.policy = os.environ.get("SLICE_POLICY_DIR", os.path.join(base, "policy"))
+        checks.check(not os.path.exists(self.coordinator) and not os.path.exists(self.policy),
+                     f"a fresh {what}: no coordinator folder and no policy folder yet")
+        self.host_lib = os.path.join(base, "host-lib")
+        write_host_lib_dir(self.host_lib, libslice)
+        self.gpu = SimulatedGpu(base, simgpu_lib_dir)
+        self.control = os.path.join(base, "control")
+        os.makedirs(self.control)
+
+
 def write_host_lib_dir(path, libslice, container_lib_dir="/usr/local/libslice"):
     """What the DaemonSet's init container (or an administrator, for CDI) puts on the host:
     libslice.so and an ld.so.preload naming where containers see it."""

@@ -273,6 +273,20 @@ def check_truth_under_cap(used, cap, label):
 BLOCK = 256 * MiB
 
 
+def memory_at_start(what, free0, total, cap, data, device_name=None):
+    """The framework's own (free, total) before anything is allocated, checked against the cap: total
+    is the cap and free within it. What the context took (cap - free) and NVML's figure go into data."""
+    context = cap - free0
+    data.update(total_bytes=total, free_bytes_at_start=free0, context_bytes=context)
+    log(f"{device_name + ': ' if device_name else ''}{what} free {fmt_bytes(free0)}, total {fmt_bytes(total)}; "
+        f"cap {fmt_bytes(cap)}; context (cap - free) {fmt_bytes(context)}")
+    data["nvml_used_at_start"] = truth("at start")
+    data["context_measurable"] = data["nvml_used_at_start"] is not None
+    expect(total == cap, f"{what} total {total} is not the cap {cap}")
+    expect(free0 <= cap, f"{what} free {free0} is more than the cap {cap}")
+    return context
+
+
 def fill_until_refused(alloc, is_oom, cap, block=BLOCK, label="block"):
     """Call alloc(block) until is_oom(exception) says the allocation was refused. Returns (blocks,
     the refusal). Bounded: never asks for more than the cap plus 4 blocks in all, so a cap that does

@@ -28,14 +28,7 @@ def body(args, data):
     pool = cp.get_default_memory_pool()
 
     free0, total = cp.cuda.runtime.memGetInfo()
-    context = cap - free0
-    data.update(total_bytes=total, free_bytes_at_start=free0, context_bytes=context)
-    cc.log(f"memGetInfo free {cc.fmt_bytes(free0)}, total {cc.fmt_bytes(total)}; "
-           f"cap {cc.fmt_bytes(cap)}; context (cap - free) {cc.fmt_bytes(context)}")
-    data["nvml_used_at_start"] = cc.truth("at start")
-    data["context_measurable"] = data["nvml_used_at_start"] is not None
-    cc.expect(total == cap, f"memGetInfo total {total} is not the cap {cap}")
-    cc.expect(free0 <= cap, f"memGetInfo free {free0} is more than the cap {cap}")
+    context = cc.memory_at_start("memGetInfo", free0, total, cap, data)
 
     blocks, refusal = cc.fill_until_refused(
         lambda n: cp.empty(n, dtype=cp.uint8),

@@ -63,14 +63,7 @@ def body(args, data):
 
     ctx = cuda.current_context()
     free0, total = ctx.get_memory_info()
-    context = cap - free0
-    data.update(total_bytes=total, free_bytes_at_start=free0, context_bytes=context)
-    cc.log(f"{cuda.get_current_device().name}: get_memory_info free {cc.fmt_bytes(free0)}, "
-           f"total {cc.fmt_bytes(total)}; cap {cc.fmt_bytes(cap)}; context {cc.fmt_bytes(context)}")
-    data["nvml_used_at_start"] = cc.truth("at start")
-    data["context_measurable"] = data["nvml_used_at_start"] is not None
-    cc.expect(total == cap, f"get_memory_info total {total} is not the cap {cap}")
-    cc.expect(free0 <= cap, f"get_memory_info free {free0} is more than the cap {cap}")
+    context = cc.memory_at_start("get_memory_info", free0, total, cap, data, cuda.get_current_device().name)
 
     blocks, refusal = cc.fill_until_refused(
         lambda n: cuda.device_array(n, dtype=np.uint8), is_oom, cap, label="device array")

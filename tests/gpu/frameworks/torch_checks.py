@@ -88,15 +88,8 @@ def memory_mode(torch, mode, cap, data):
               f"(PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF')!r})")
 
     free0, total = torch.cuda.mem_get_info()
-    context = cap - free0
-    data.update(cap_bytes=cap, total_bytes=total, free_bytes_at_start=free0, context_bytes=context)
-    cc.log(f"{torch.cuda.get_device_name(0)}: mem_get_info free {cc.fmt_bytes(free0)}, "
-           f"total {cc.fmt_bytes(total)}; cap {cc.fmt_bytes(cap)}; "
-           f"context (cap - free) {cc.fmt_bytes(context)}")
-    data["nvml_used_at_start"] = cc.truth("at start")
-    data["context_measurable"] = data["nvml_used_at_start"] is not None
-    cc.expect(total == cap, f"mem_get_info total {total} is not the cap {cap}")
-    cc.expect(free0 <= cap, f"mem_get_info free {free0} is more than the cap {cap}")
+    data["cap_bytes"] = cap
+    context = cc.memory_at_start("mem_get_info", free0, total, cap, data, torch.cuda.get_device_name(0))
 
     blocks, refusal = cc.fill_until_refused(
         lambda n: torch.empty(n, dtype=torch.uint8, device="cuda"),
