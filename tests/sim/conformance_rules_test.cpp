@@ -295,6 +295,32 @@ TEST_F(Rules, CapturedCopiesAndHostFunctionsRunWhenTheGraphRuns) {
   CU(cuMemFree_v2(buffer));
 }
 
+// ---- host functions ----
+
+TEST_F(Rules, ACudaCallInsideAHostFunctionIsRefusedAndReported) {
+  struct Seen {
+    CUresult rc = CUDA_SUCCESS;
+    bool ran = false;
+  } seen;
+  CU(cuLaunchHostFunc(
+      a_,
+      [](void* data) {
+        auto* s = static_cast<Seen*>(data);
+        int count = 0;
+        s->rc = cuDeviceGetCount(&count);
+        s->ran = true;
+      },
+      &seen));
+  CU(cuStreamSynchronize(a_));
+  EXPECT_TRUE(seen.ran);
+  EXPECT_EQ(CUDA_ERROR_NOT_PERMITTED, seen.rc);
+  const std::string reports = take_reports();
+  EXPECT_NE(reports.find("inside a host function"), std::string::npos) << reports;
+  int count = 0;
+  CU(cuDeviceGetCount(&count));  // outside one, the same call is fine
+  EXPECT_EQ(take_reports(), "");
+}
+
 // ---- destroyed handles ----
 
 TEST_F(Rules, UsingADestroyedHandleFailsAndIsReported) {

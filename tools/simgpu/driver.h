@@ -208,7 +208,11 @@ Driver& driver();
 void report_destroyed_use(const char* function, const void* handle);
 
 // --- helpers shared by the API files (g.mu must NOT be held unless the name says so) ---
-CUresult ensure_initialized();                   // CUDA_ERROR_NOT_INITIALIZED before cuInit
+CUresult ensure_initialized();  // CUDA_ERROR_NOT_INITIALIZED before cuInit
+// A host function (cuLaunchHostFunc, cuStreamAddCallback, a graph's host node) runs as
+// run_host_function(fn): the driver forbids CUDA calls inside one, and ensure_initialized then
+// reports the call (violations.h) and answers CUDA_ERROR_NOT_PERMITTED.
+void run_host_function(const std::function<void()>& fn);
 CUresult current_context(Context** out);         // CUDA_ERROR_INVALID_CONTEXT when none
 CUresult current_context_locked(Context** out);  // the same with g.mu held (and cuInit done)
 // A handle the application hands in: live and of kind T. One that was destroyed (and whose address

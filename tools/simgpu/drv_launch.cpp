@@ -175,7 +175,7 @@ CUresult graph_launch(CUgraphExec he, CUstream hs, bool pt) {
       op.kind = Op::Kind::host;
       CUhostFn fn = n.host_fn;
       void* data = n.host_data;
-      op.host = [fn, data] { fn(data); };
+      op.host = [fn, data] { run_host_function([&] { fn(data); }); };
     } else if (n.work) {  // a captured copy or set
       op.kind = Op::Kind::host;
       op.host = n.work;

@@ -141,8 +141,10 @@ CUresult add_host_call(CUstream h, std::function<void()> fn, CUhostFn node_fn, v
   }
   Op op;
   op.kind = Op::Kind::host;
-  op.host = std::move(fn);
+  op.host = [fn = std::move(fn)] { run_host_function(fn); };
   enqueue_locked(s, std::move(op));
+  if (Machine* m = driver().machine; m != nullptr)
+    if (const int slot = m->slot(); slot >= 0) m->state().slots[slot].dev[s->ctx->device].host_functions.fetch_add(1);
   return CUDA_SUCCESS;
 }
 

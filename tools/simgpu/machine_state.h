@@ -16,7 +16,7 @@
 namespace simgpu {
 
 constexpr std::uint32_t kStateMagic = 0x53494d47;  // "SIMG"
-constexpr std::uint32_t kStateVersion = 3;         // 2: host_pid; 3: sm_count
+constexpr std::uint32_t kStateVersion = 4;         // 2: host_pid; 3: sm_count; 4: host_functions
 constexpr int kMaxDevices = 8;
 constexpr int kMaxProcesses = 1024;
 constexpr int kWaiterWords = kMaxProcesses / 64;
@@ -33,6 +33,7 @@ struct SlotDeviceStats {
   std::atomic<std::uint64_t> memory_bytes;
   std::atomic<std::uint64_t> kernels;
   std::atomic<std::uint64_t> busy_ns;
+  std::atomic<std::uint64_t> host_functions;  // cuLaunchHostFunc and cuStreamAddCallback calls queued
   UtilBucket util[kUtilBuckets];
 };
 

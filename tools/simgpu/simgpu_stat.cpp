@@ -10,13 +10,14 @@
 namespace {
 
 void usage(FILE* out) {
-  std::fprintf(
-      out,
-      "usage: simgpu-stat [--json]\n"
-      "Prints what the simulated GPU (SIMGPU_STATE, default /dev/shm/simgpu) really did:\n"
-      "per device the memory in use, and per live process its memory, kernels and device time.\n"
-      "  --json   one JSON object: {\"devices\":[{\"index\",\"uuid\",\"total_bytes\",\"used_bytes\",\n"
-      "           \"busy_ns\",\"processes\":[{\"pid\",\"name\",\"memory_bytes\",\"kernels\",\"busy_ns\"}]}]}\n");
+  std::fprintf(out,
+               "usage: simgpu-stat [--json]\n"
+               "Prints what the simulated GPU (SIMGPU_STATE, default /dev/shm/simgpu) really did:\n"
+               "per device the memory in use, and per live process its memory, kernels and device time.\n"
+               "  --json   one JSON object: {\"devices\":[{\"index\",\"uuid\",\"total_bytes\",\"used_bytes\",\n"
+               "           "
+               "\"busy_ns\",\"processes\":[{\"pid\",\"name\",\"memory_bytes\",\"kernels\",\"busy_ns\",\"host_"
+               "functions\"}]}]}\n");
 }
 
 std::string json_escape(const char* s) {
@@ -90,9 +91,11 @@ int main(int argc, char** argv) {
       std::memcpy(name, slot.name, sizeof slot.name);
       if (json) {
         std::printf(
-            "%s{\"pid\":%d,\"name\":\"%s\",\"memory_bytes\":%llu,\"kernels\":%llu,\"busy_ns\":%llu}", first ? "" : ",",
-            pid, json_escape(name).c_str(), static_cast<unsigned long long>(s.memory_bytes.load()),
-            static_cast<unsigned long long>(s.kernels.load()), static_cast<unsigned long long>(s.busy_ns.load()));
+            "%s{\"pid\":%d,\"name\":\"%s\",\"memory_bytes\":%llu,\"kernels\":%llu,\"busy_ns\":%llu,"
+            "\"host_functions\":%llu}",
+            first ? "" : ",", pid, json_escape(name).c_str(), static_cast<unsigned long long>(s.memory_bytes.load()),
+            static_cast<unsigned long long>(s.kernels.load()), static_cast<unsigned long long>(s.busy_ns.load()),
+            static_cast<unsigned long long>(s.host_functions.load()));
       } else {
         std::printf("  %8d  %-16s %14.1f %12llu %14.3f\n", pid, name, mib(s.memory_bytes.load()),
                     static_cast<unsigned long long>(s.kernels.load()), s.busy_ns.load() / 1e9);
