@@ -53,6 +53,7 @@ struct ComputeLane {
   std::atomic<std::uint64_t> cycle_start_ns{0};  // when since_drain last went from 0 to 1
   std::atomic<std::uint64_t> per_launch_ns{0};   // device time a launch took, as last measured
   std::atomic<std::uint32_t> drain_polls{0};     // looks since the last drain that found work left
+  std::atomic<bool> drain_signal{false};         // a host function in a stream will wake the gate (compute.cpp)
   struct Target {
     CUcontext context = nullptr;
     CUstream stream = nullptr;  // queried with cuStreamQuery...

@@ -16,8 +16,11 @@
 namespace slice {
 namespace {
 
-constexpr std::uint64_t kRescanNs = 100'000'000;
-constexpr std::uint64_t kLookNs = 10'000'000;  // a stat of the folder: a newcomer is seen within it
+// The tenants folder is listed again when it changed, seen by a look (a stat of it, and one of the
+// bell's folder: awake_bell.h) every kLookNs, so that a newcomer or a tenant that wakes up is seen
+// within that; and every kRescanNs regardless.
+constexpr std::uint64_t kRescanNs = 10'000'000'000;
+constexpr std::uint64_t kLookNs = 10'000'000;
 // The header and the device entries: all a reader needs, one pread.
 constexpr std::size_t kReadBytes = offsetof(TenantFile, slots);
 
@@ -44,7 +47,11 @@ void load_entry(const DeviceEntry& e, std::uint64_t now_ns, TenantCompute& t) {
 
 // The buffers' storage comes from operator new, aligned for any fundamental type: enough for the
 // 8-byte atomics loaded from them.
-ComputeBoard::ComputeBoard(std::string dir, std::string self) : dir_(std::move(dir)), self_(std::move(self)) {
+ComputeBoard::ComputeBoard(std::string dir, std::string self)
+    : dir_(std::move(dir)),
+      self_(std::move(self)),
+      tenants_folder_(dir_ + "/tenants"),
+      awake_folder_(dir_ + "/" + kAwakeFolder) {
   start_buffer_.resize(kReadBytes);
   entry_buffer_.resize(sizeof(DeviceEntry));
 }
@@ -109,21 +116,20 @@ void ComputeBoard::interrupt() {
   if (const auto* word = waiting_on_.load()) futex_wake_all(word, true);
 }
 
+void ComputeBoard::look(std::uint64_t now_ns) {
+  if (scanned_ && now_ns < looked_ns_ + kLookNs) return;
+  looked_ns_ = now_ns;
+  const FolderChanges::Seen bell = awake_folder_.look();
+  bell_works_ = bell != FolderChanges::Seen::missing;
+  rung_ |= bell == FolderChanges::Seen::changed;
+  const bool listing_changed = tenants_folder_.look() == FolderChanges::Seen::changed;
+  if (!scanned_ || listing_changed || now_ns >= scanned_ns_ + kRescanNs) rescan(now_ns);
+}
+
 void ComputeBoard::rescan(std::uint64_t now_ns) {
   const std::string folder = dir_ + "/tenants";
-  if (scanned_ && now_ns < scanned_ns_ + kRescanNs) {
-    if (now_ns < looked_ns_ + kLookNs) return;
-    looked_ns_ = now_ns;
-    struct stat st {};
-    if (::stat(folder.c_str(), &st) != 0) return;
-    const std::int64_t mtime = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
-    if (mtime == folder_mtime_ns_) return;  // no tenant came or went
-  }
   scanned_ = true;
-  scanned_ns_ = looked_ns_ = now_ns;
-  struct stat st {};
-  if (::stat(folder.c_str(), &st) == 0)
-    folder_mtime_ns_ = static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1'000'000'000 + st.st_mtim.tv_nsec;
+  scanned_ns_ = now_ns;
   DIR* d = ::opendir(folder.c_str());
   if (d == nullptr) return;
   std::vector<std::pair<std::string, ino_t>> names;
@@ -132,18 +138,23 @@ void ComputeBoard::rescan(std::uint64_t now_ns) {
       names.emplace_back(e->d_name, e->d_ino);
   ::closedir(d);
   // Keep what is still there (the same file, not one made anew under its name), open what is new,
-  // close what is gone.
+  // close what is gone. Sorted, so that a listing of hundreds costs no more than a sort.
+  std::sort(names.begin(), names.end());
   std::vector<File> kept;
   for (File& f : files_) {
-    if (std::find(names.begin(), names.end(), std::make_pair(f.name, f.inode)) != names.end()) {
-      kept.push_back(f);
+    if (std::binary_search(names.begin(), names.end(), std::make_pair(f.name, f.inode))) {
+      kept.push_back(std::move(f));
     } else {
       unmap(f);
       ::close(f.fd);
     }
   }
+  std::vector<std::string> kept_names;
+  kept_names.reserve(kept.size());
+  for (const File& f : kept) kept_names.push_back(f.name);
+  std::sort(kept_names.begin(), kept_names.end());
   for (const auto& [n, inode] : names) {
-    if (std::any_of(kept.begin(), kept.end(), [&](const File& f) { return f.name == n; })) continue;
+    if (std::binary_search(kept_names.begin(), kept_names.end(), n)) continue;
     const int fd = ::open((folder + "/" + n).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) continue;
     struct stat opened {};
@@ -158,6 +169,18 @@ void ComputeBoard::rescan(std::uint64_t now_ns) {
     kept.push_back(std::move(f));
   }
   files_ = std::move(kept);
+  // Which files are read at each look, and which rest (longest resting first), as they were.
+  working_.clear();
+  resting_.clear();
+  for (std::size_t i = 0; i < files_.size(); ++i) {
+    if (files_[i].dormant_until_ns == 0) {
+      working_.push_back(i);
+    } else {
+      resting_.push_back(i);
+    }
+  }
+  std::sort(resting_.begin(), resting_.end(),
+            [&](std::size_t a, std::size_t b) { return files_[a].dormant_until_ns < files_[b].dormant_until_ns; });
 }
 
 std::uint64_t received_over(const ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns,
@@ -218,11 +241,17 @@ namespace {
 // the history kept from the last full read: the window's far end lies in samples older than that
 // read, which do not change, and its near end is the entry's cumulative figure, read each time.
 constexpr std::uint64_t kFullReadNs = 100'000'000;
-// A tenant with nothing on the GPU and nothing received over the window is looked at again only
-// after this long: most tenant files in a busy coordinator belong to processes that are gone, and
-// reading them all every tick would cost more than the scheduling. Short enough that a tenant
-// waking up is seen well within the 100 ms the others have to give it the device.
-constexpr std::uint64_t kDormantNs = 50'000'000;
+// A tenant with nothing on the GPU and nothing received over the window rests: most tenant files in
+// a busy coordinator belong to processes that rest or are gone, and reading them all at every look
+// would make a look cost more with every tenant. It is read again when a tenant rings the bell
+// (awake_bell.h: it starts work after resting, and is seen within a look, well within the 100 ms
+// the others have to give it the device), and after kDormantNs regardless; where the coordinator
+// has no bell's folder, after kDormantWithoutBellNs.
+constexpr std::uint64_t kDormantNs = 1'000'000'000;
+constexpr std::uint64_t kDormantWithoutBellNs = 50'000'000;
+// Resting tenants whose rest is over are read again at most this many a look (all of them when the
+// bell rang): with hundreds, the last is read a few hundred looks later, not all at one look.
+constexpr std::size_t kRestingRereadsPerLook = 2;
 constexpr int kAbsent = -2;  // File::entry of a tenant not on this GPU (or unreadable)
 
 }  // namespace
@@ -278,24 +307,40 @@ bool ComputeBoard::read_entry(File& f, const std::uint8_t uuid[16], std::uint64_
 void ComputeBoard::read(const std::uint8_t uuid[16], std::uint64_t now_ns, std::uint64_t window_ns,
                         std::vector<TenantCompute>& out) {
   out.clear();
-  rescan(now_ns);
+  look(now_ns);
+  // Someone woke up: every resting tenant is read at this look. Otherwise a few whose rest is over
+  // are (the longest resting first), so that a look's cost does not grow with the number of tenants.
+  const bool all = rung_;
+  rung_ = false;
+  for (std::size_t n = 0; !resting_.empty(); ++n) {
+    File& f = files_[resting_.front()];
+    if (!all && (n == kRestingRereadsPerLook || now_ns < f.dormant_until_ns)) break;
+    f.dormant_until_ns = 0;
+    working_.push_back(resting_.front());
+    resting_.pop_front();
+  }
   const bool full = now_ns >= full_read_ns_ + kFullReadNs;
   if (full) full_read_ns_ = now_ns;
-  for (std::size_t i = 0; i < files_.size(); ++i) {
+  std::size_t kept = 0;
+  for (const std::size_t i : working_) {
     File& f = files_[i];
-    if (now_ns < f.dormant_until_ns || (!full && f.entry == kAbsent)) continue;
+    working_[kept++] = i;
+    if (!full && f.entry == kAbsent) continue;
     const bool ok =
         full || f.entry < 0 ? read_full(f, uuid, now_ns, window_ns) : read_entry(f, uuid, now_ns, window_ns);
     if (!ok) continue;
     if (!f.last.active && !f.last.wanting && f.last.window_received_ns == 0 &&
         !joined_within(f.last, now_ns, window_ns)) {
-      f.dormant_until_ns = now_ns + kDormantNs;
+      f.dormant_until_ns = now_ns + (bell_works_ ? kDormantNs : kDormantWithoutBellNs);
+      resting_.push_back(i);
+      --kept;
       continue;  // it asks for nothing: the policy need not know it
     }
     f.last.board_file = static_cast<int>(i);
     f.last.entry = f.entry;
     out.push_back(f.last);
   }
+  working_.resize(kept);
 }
 
 }  // namespace slice

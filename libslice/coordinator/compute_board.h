@@ -10,11 +10,13 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
 #include "config_values.h"
 #include "coordinator_layout.h"
+#include "awake_bell.h"
 #include "futex.h"
 
 namespace slice {
@@ -58,7 +60,9 @@ class ComputeBoard {
   // The tenants other than `self` that use the GPU `uuid`, with what each received over the last
   // `window_ns`. The folder is listed again when it changed (looked at every 10 ms: a new tenant is
   // seen within that, and has the device within the 100 ms a neighbour has to give it back), and
-  // every 100 ms regardless.
+  // every 10 s regardless. Tenants that rest (nothing on the GPU, nothing received over the
+  // window) are not read again until one rings the bell (awake_bell.h) or a second passed, so a
+  // look costs the same with 2 tenants or 256 of which 2 work.
   // Cheap enough to call every few hundred microseconds: a tenant's whole start (and its history)
   // is read every 100 ms; in between only its device entry, one small pread (the window's figure
   // from the history then kept: read_entry).
@@ -76,7 +80,8 @@ class ComputeBoard {
   void interrupt();
 
  private:
-  void rescan(std::uint64_t now_ns);
+  void look(std::uint64_t now_ns);    // every kLookNs: the bell, and whether the listing changed
+  void rescan(std::uint64_t now_ns);  // lists the tenants folder
   struct File {
     std::string name;
     int fd = -1;
@@ -102,10 +107,15 @@ class ComputeBoard {
   std::string dir_;
   std::string self_;
   std::vector<File> files_;
+  std::vector<std::size_t> working_;  // files read at every look (indices into files_)
+  std::deque<std::size_t> resting_;   // files that rest (dormant_until_ns set), longest resting first
   std::uint64_t scanned_ns_ = 0;
   bool scanned_ = false;
-  std::uint64_t looked_ns_ = 0;        // when the folder's modification time was last looked at
-  std::int64_t folder_mtime_ns_ = -1;  // as it was at the last listing
+  std::uint64_t looked_ns_ = 0;  // when the folders were last looked at
+  FolderChanges tenants_folder_;
+  FolderChanges awake_folder_;
+  bool bell_works_ = false;  // the coordinator has a bell's folder: resting tenants rest longer
+  bool rung_ = false;        // it rang since the last read: resting tenants are read again
 };
 
 }  // namespace slice

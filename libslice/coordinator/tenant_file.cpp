@@ -1,5 +1,6 @@
 #include "tenant_file.h"
 
+#include "awake_bell.h"
 #include "policy.h"
 
 #include <fcntl.h>
@@ -108,6 +109,8 @@ bool prepare_coordinator_dir(const std::string& dir, std::string& error) {
     }
   }
   if (!make_dir(dir, 01777, error) || !make_dir(dir + "/tenants", 01777, error)) return false;
+  std::string no_bell;
+  make_dir(dir + "/" + kAwakeFolder, 01777, no_bell);
   if (access((dir + "/tenants").c_str(), W_OK | X_OK) != 0) {
     error = "cannot write in " + dir + "/tenants: " + std::strerror(errno);
     return false;

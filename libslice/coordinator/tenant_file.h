@@ -12,7 +12,8 @@
 namespace slice {
 
 // Creates SLICE_COORDINATOR_DIR and its tenants/ folder when missing (mode 1777, like /tmp: every
-// user may register a tenant, none may remove another's), and checks they are usable.
+// user may register a tenant, none may remove another's), and checks they are usable. The awake/
+// folder (awake_bell.h) is made too where it can be: without it, only the bell is missing.
 bool prepare_coordinator_dir(const std::string& dir, std::string& error);
 
 bool valid_tenant_name(const std::string& name);

@@ -3,7 +3,8 @@
 // requests must not wait behind deep queues), and drops out as dormant once the window passed; that a
 // waiter sleeping on a tenant's word (wait_for) is woken by its change of turns, at once when its row
 // is already out of date, and otherwise only at its timeout or by interrupt(); and that a tenant file
-// made anew under the same name is read, not the removed one.
+// made anew under the same name is read, not the removed one; that a resting tenant is read again
+// when it rings the bell, and not at every look before.
 #include "compute_board.h"
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <future>
 #include <thread>
 
+#include "awake_bell.h"
 #include "test_support.h"
 
 namespace slice::test {
@@ -47,8 +49,8 @@ class ComputeBoardTest : public CoordinatorTest {
 };
 
 // The tenant has work on the GPU, as its watcher publishes it.
-void publish_active(Coordinator& c, bool active) {
-  c.device_entry(0).active_heartbeat_ns.store(monotonic_ns());
+void publish_active(Coordinator& c, bool active, std::uint64_t at_ns = monotonic_ns()) {
+  c.device_entry(0).active_heartbeat_ns.store(at_ns);
   c.publish_compute(0, active ? kSlotActive : 0, true);
 }
 
@@ -186,6 +188,49 @@ TEST_F(ComputeBoardTest, ATenantFileMadeAnewUnderItsNameIsTheOneRead) {
   seen = look(board, now);
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_EQ(seen[0].priority, Priority::high);  // the removed file said normal
+}
+
+// A tenant that rests (joined, nothing run for a window) is not read at every look: that is what
+// keeps a look's cost flat with hundreds of tenants. When it starts work it rings the bell
+// (awake_bell.h), and is read at the next look.
+TEST_F(ComputeBoardTest, ARestingTenantIsReadAgainWhenItRingsTheBell) {
+  auto reader = join("reader", Priority::normal);
+  auto sleeper = join("sleeper", Priority::normal);
+  ComputeBoard board(dir_, "reader");
+  std::uint64_t now = monotonic_ns() + kWindowNs + 10'000'000;  // its join is a window old: it rests
+  EXPECT_TRUE(look(board, now).empty());
+  // Past the clock tick of the folders' last changes (the joins), which a look takes for a ring.
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  // Past several looks, and past the 50 ms rest of a coordinator without a bell: work, but no ring.
+  now += 60'000'000;
+  publish_active(*sleeper, true, now);
+  EXPECT_TRUE(look(board, now).empty()) << "a resting tenant was read although nobody rang";
+  ASSERT_TRUE(ring_awake_bell(dir_, "sleeper"));
+  now += 20'000'000;  // the next look at the folders
+  publish_active(*sleeper, true, now);
+  const std::vector<TenantCompute> seen = look(board, now);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].name, "sleeper");
+  EXPECT_TRUE(seen[0].active);
+  EXPECT_TRUE(std::filesystem::is_empty(std::filesystem::path(dir_) / kAwakeFolder)) << "the ring left a file";
+}
+
+// A coordinator folder without the bell's folder (made by an older libslice, or where it could not
+// be made): resting tenants are read again every 50 ms, as before the bell.
+TEST_F(ComputeBoardTest, WithoutTheBellsFolderARestingTenantIsReadWithin50Ms) {
+  auto reader = join("reader", Priority::normal);
+  auto sleeper = join("sleeper", Priority::normal);
+  ASSERT_TRUE(std::filesystem::remove(std::filesystem::path(dir_) / kAwakeFolder));
+  ComputeBoard board(dir_, "reader");
+  std::uint64_t now = monotonic_ns() + kWindowNs + 10'000'000;
+  EXPECT_TRUE(look(board, now).empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_FALSE(ring_awake_bell(dir_, "sleeper"));
+  now += 60'000'000;
+  publish_active(*sleeper, true, now);
+  const std::vector<TenantCompute> seen = look(board, now);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_TRUE(seen[0].active);
 }
 
 }  // namespace

@@ -86,6 +86,28 @@ def case_shares_30_70():
                  [0.30, 0.70])
 
 
+def case_drain_signal():
+    # A tenant whose queue is held by its length while the other wants the device is told by the
+    # driver when its stream drains (a host function), not by polling: some are queued, and never
+    # more than one per launch (a host function that found the stream already drained must not be
+    # asked for again and again).
+    a, b = Tenant("a", 1000, share=30), Tenant("b", 1000, share=70)
+    try:
+        time.sleep(1.5)
+        out = subprocess.run([STAT, "--json"], check=True, capture_output=True, text=True).stdout
+        stats = {p["pid"]: p for p in json.loads(out)["devices"][0]["processes"]}
+    finally:
+        a.stop()
+        b.stop()
+    for t in (a, b):
+        p = stats.get(t.proc.pid, {})
+        print(f"drain signal: {t.name}: {p.get('host_functions')} host functions, {p.get('kernels')} kernels")
+    signals = sum(stats.get(t.proc.pid, {}).get("host_functions", 0) for t in (a, b))
+    kernels = sum(stats.get(t.proc.pid, {}).get("kernels", 0) for t in (a, b))
+    check(signals > 0, f"held by their queue's length, the tenants asked the driver for the drain ({signals} times)")
+    check(signals <= kernels, f"at most once per launch ({signals} host functions, {kernels} kernels)")
+
+
 def case_shares_20_30_50():
     run_case("20/30/50, 1 ms kernels", [dict(name=n, kernel_us=1000, share=s) for n, s in (("a", 20), ("b", 30), ("c", 50))],
              [0.20, 0.30, 0.50])
