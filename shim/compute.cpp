@@ -67,6 +67,7 @@ void wake_gate(ComputeLane& lane) {
 // lives as long as the process (sessions are never freed), so a call that comes late finds it.
 void CUDA_CB drain_signalled(void* data) {
   auto* lane = static_cast<ComputeLane*>(data);
+  lane->signal_done.store(true);
   lane->drain_signal.store(false);
   wake_gate(*lane);
 }
@@ -80,6 +81,8 @@ void CUDA_CB drain_signalled(void* data) {
 bool request_drain_signal(ComputeLane& lane, CUstream stream, bool per_thread) {
   if (captures_active()) return false;
   if (lane.drain_signal.load(std::memory_order_relaxed) || lane.drain_signal.exchange(true)) return true;
+  lane.signal_done.store(false);
+  lane.signal_launched.store(lane.since_drain.load(std::memory_order_acquire));
   const auto launch_host_func = SLICE_REAL(cuLaunchHostFunc);
   if (launch_host_func != nullptr &&
       launch_host_func(per_thread ? CU_STREAM_PER_THREAD : stream, drain_signalled, &lane) == CUDA_SUCCESS)
@@ -293,7 +296,7 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   for (const TenantCompute& t : w.board_rows) tenants += t.active;
   const unsigned processes = std::max(1u, entry.active_processes.load(std::memory_order_relaxed));
   const std::uint64_t credited = w.estimate.received_ns();
-  w.estimate.step(now, w.was_active, tenants * processes);
+  w.estimate.step(now, w.was_active, tenants * processes, lane.cycle_start_ns.load(std::memory_order_relaxed));
   entry.received_ns.fetch_add(w.estimate.received_ns() - credited, std::memory_order_relaxed);
   w.was_active = active;
   const std::uint64_t received = entry.received_ns.load(std::memory_order_relaxed);
@@ -457,11 +460,29 @@ bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
     }
   });
   if (!queried || !all_done) return false;
+  return drained(lane, launched, false);
+}
+
+bool drained_by_signal(ComputeLane& lane) {
+  if (!lane.signal_done.exchange(false)) return false;
+  {
+    // The signal speaks for the stream it was queued in: for the lane only while that stream is
+    // all the lane has (the thread that asked registered it before it waited).
+    std::lock_guard<std::mutex> lock(lane.mu);
+    if (lane.targets.size() != 1) return false;
+  }
+  return drained(lane, lane.signal_launched.load(std::memory_order_relaxed), true);
+}
+
+bool drained(ComputeLane& lane, std::uint32_t launched, bool seen_at_once) {
+  if (launched == 0) return false;
   // Everything submitted before `launched` was read is done. A launch counted since then keeps
   // the lane busy (the exchange fails).
   if (!lane.since_drain.compare_exchange_strong(launched, 0)) return false;
   const std::uint64_t start = lane.cycle_start_ns.load(std::memory_order_relaxed), now = monotonic_ns();
-  const std::uint32_t polls = lane.drain_polls.exchange(0, std::memory_order_relaxed);
+  // A drain the driver signalled was seen when it happened: its measure is right, as one found
+  // after looks that came too early.
+  const std::uint32_t polls = lane.drain_polls.exchange(0, std::memory_order_relaxed) + (seen_at_once ? 1 : 0);
   if (start != 0 && now > start) {
     // The watcher looks when this figure says the work should be done. Found done at the first look,
     // it may have been done long before (the device idling meanwhile): the figure is too high, and
@@ -567,8 +588,11 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
           timeout =
               std::min(timeout, drain_at > now + kDrainPollNs ? std::min(drain_at - now, kGateLookNs) : kDrainPollNs);
       }
-      if (futex_wait(&lane.gate_seq, seq, timeout, false) != WaitResult::timed_out) continue;
-      if (lane.open.load(std::memory_order_acquire) && over_budget())
+      const bool timed_out = futex_wait(&lane.gate_seq, seq, timeout, false) == WaitResult::timed_out;
+      if (!timed_out && lane.drain_signal.load(std::memory_order_relaxed)) continue;  // not the signal yet
+      // Its time to look, or the driver said the stream drained (drain_signalled itself may not
+      // query: no CUDA call in a host function, and the stream is not done until it returns).
+      if (lane.open.load(std::memory_order_acquire) && over_budget() && !drained_by_signal(lane))
         poll_drain(lane, reinterpret_cast<CUcontext>(ctx.key), nullptr);
     }
     if (slack > 1) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0ul, 0ul, 0ul);

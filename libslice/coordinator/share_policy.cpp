@@ -51,8 +51,11 @@ Verdict SharePolicy::decide(const TenantLoad& me, std::span<const TenantLoad> ot
   return Verdict::run;
 }
 
-void DeviceTimeEstimator::step(std::uint64_t now_ns, bool active_here, unsigned active_total) {
-  if (started_ && now_ns > last_ns_ && active_here) received_ns_ += (now_ns - last_ns_) / std::max(active_total, 1u);
+void DeviceTimeEstimator::step(std::uint64_t now_ns, bool active_here, unsigned active_total,
+                               std::uint64_t work_since_ns) {
+  const std::uint64_t from = active_here ? last_ns_ : work_since_ns;
+  if (started_ && now_ns > from && (active_here || from > last_ns_))
+    received_ns_ += (now_ns - from) / std::max(active_total, 1u);
   started_ = true;
   last_ns_ = now_ns;
 }

@@ -57,8 +57,11 @@ struct SharePolicy {
 class DeviceTimeEstimator {
  public:
   // Adds the step since the last call. `active_here`: this process had work on the device;
-  // `active_total`: processes (this one included) that had work.
-  void step(std::uint64_t now_ns, bool active_here, unsigned active_total);
+  // `active_total`: processes (this one included) that had work. `work_since_ns`: where it had none
+  // at the step's start, when work came during the step (0: none came); the step is credited from
+  // then. (A tenant whose gate reopens is idle at that tick and busy right after: without it, each
+  // reopening would go uncredited, and a limit be overshot by as much.)
+  void step(std::uint64_t now_ns, bool active_here, unsigned active_total, std::uint64_t work_since_ns = 0);
   std::uint64_t received_ns() const { return received_ns_; }
 
  private:

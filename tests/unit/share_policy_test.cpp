@@ -109,6 +109,12 @@ TEST(DeviceTimeEstimator, ItsShareOfTheTimeItHadWork) {
   e.step(20 * kMs, false, 1);  // idle: nothing
   e.step(30 * kMs, true, 1);   // alone... the step is counted for the state given with it
   EXPECT_EQ(e.received_ns(), 15 * kMs);
+  // Idle at the step's start, work from 36 ms on: credited from then (alone: 4 ms).
+  e.step(40 * kMs, false, 1, 36 * kMs);
+  EXPECT_EQ(e.received_ns(), 19 * kMs);
+  // Work that began before the step (an old cycle's start) adds nothing to an idle step.
+  e.step(50 * kMs, false, 1, 36 * kMs);
+  EXPECT_EQ(e.received_ns(), 19 * kMs);
 }
 
 // ---- a simulated GPU: one context at a time, round-robin every time slice among those with work ----

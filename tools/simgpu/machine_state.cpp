@@ -380,6 +380,7 @@ void Machine::reap_locked_slot(int slot) {
     unlock_memory(static_cast<int>(dev));
     s.dev[dev].kernels.store(0);
     s.dev[dev].busy_ns.store(0);
+    s.dev[dev].host_functions.store(0);
     for (UtilBucket& b : s.dev[dev].util) b.epoch.store(0), b.busy_ns.store(0);
     d.waiting[slot / 64].fetch_and(~(1ull << (slot % 64)));
     std::uint32_t owner = static_cast<std::uint32_t>(slot + 1);
