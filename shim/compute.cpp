@@ -32,7 +32,8 @@ constexpr std::uint64_t kDrainPollNs = 20'000;      // drains for someone else, 
                                                     // be done: the device idles until this is seen
 constexpr std::uint64_t kDrainPollMaxNs = 50'000;   // ... at least this often, however late
 constexpr std::uint64_t kDrainMaxNs = 2'000'000;    // sleeps at most this long before that
-constexpr std::uint64_t kTurnWaitNs = 5'000'000;    // held while another tenant wants the device
+constexpr std::uint64_t kTurnWaitNs = 15'000'000;   // held while another tenant wants the device (its
+                                                    // change of turns wakes us; heartbeats last 50 ms)
 constexpr std::uint64_t kCrossedNs = 200'000;       // held, and nobody wants the device
 constexpr std::uint64_t kHandoverLeadNs = 100'000;  // looks closely from this long before the
                                                     // holder's queue should be done
@@ -40,14 +41,16 @@ constexpr std::uint64_t kRecentNs = 100'000'000;    // idle this long after work
 constexpr std::uint64_t kRecentTickNs = 2'000'000;  // ... 2 ms, so short requests are seen
 constexpr std::uint64_t kDeepIdleNs = 100'000'000;  // idle longer: woken by the next launch
 // A thread at a closed gate sleeps until the watcher opens it, looking again at least every
-// kClosedLookNs all the same (a wake-up lost to a bug must not hold a launch for long). One at an
-// open gate, held by its queue's length, sleeps until its work should be done, then looks itself
+// kClosedLookNs all the same (a wake-up lost to a bug must not hold a launch for long; 10 ms made
+// a held tenant's thread wake 100 times a second for nothing). One at an open gate, held by its
+// queue's length, sleeps until the driver says its stream drained (request_drain_signal), or,
+// without that signal, until its work should be done, then looks itself
 // whether it is, every kDrainPollNs; before that, at least every kGateLookNs too, in case the
 // measure of a launch's cost is too high (the device would idle from the drain until the thread
 // looks). Longer looks, or looks spaced further apart once late, cost the device 3-5% of its time
 // on the simulated GPU with three or more tenants, for a few tenths of a point of a core.
 constexpr std::uint64_t kGateLookNs = 2'000'000;
-constexpr std::uint64_t kClosedLookNs = 10'000'000;
+constexpr std::uint64_t kClosedLookNs = 40'000'000;
 // How long a launch may be held at a closed gate before it goes anyway: no wait without an end.
 constexpr std::uint64_t kGateDeadlineNs = 2'000'000'000;
 // Work this process may queue ahead when others want the device, in device time.
@@ -580,8 +583,14 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
           own_context = current_context(s).key == ctx.key;
           own_context_known = true;
         }
-        const bool signalled = lane.drain_signal.load(std::memory_order_relaxed) ||
-                               (!signal_asked && own_context && request_drain_signal(lane, stream, per_thread));
+        // Not with a queue one launch deep (a higher priority is around): the signal lets this
+        // thread launch again the moment its work is done, before the device can switch to the
+        // higher priority's waiting launch, which the gap of a look lets in. (Asked there too, it
+        // raised a high-priority server's p99 from about 2.1 to 3.0 ms beside 1 ms kernels.)
+        const bool one_deep = lane.budget.load(std::memory_order_relaxed) <= 1;
+        const bool signalled =
+            lane.drain_signal.load(std::memory_order_relaxed) ||
+            (!signal_asked && own_context && !one_deep && request_drain_signal(lane, stream, per_thread));
         signal_asked = true;
         const std::uint64_t drain_at = expected_drain_ns(lane, lane.since_drain.load(std::memory_order_relaxed));
         if (!signalled)
