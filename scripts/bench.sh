@@ -224,9 +224,10 @@ done
 
 # ---- CPU per process: tests/bench/cpu_bench.py, with and without libslice (about 2 minutes) ----
 # 1, 2 and 8 busy tenants and an idle joined process; every thread's CPU (user and system, from
-# /proc/PID/task/*/schedstat) over 5 s of steady state, 3 rounds alternating with and without.
+# /proc/PID/task/*/schedstat) over 5 s of steady state, 3 rounds alternating with and without; then
+# per thread for two busy tenants (--threads).
 SIMGPU_STATE="$work/cpu-simgpu" SLICE_COORDINATOR_DIR="$work/cpu-coordinator" \
-  python3 tests/bench/cpu_bench.py "$build" "$slice" 5 3
+  python3 tests/bench/cpu_bench.py "$build" "$slice" 5 3 --threads
 echo
 mkdir -p "$build/bench"
 csv=$build/bench/shares.csv png=$build/bench/shares.png

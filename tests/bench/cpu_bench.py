@@ -8,8 +8,12 @@ Idle: a process that joined (one empty kernel, then nothing: `shim_bench idle`) 
 tenant. Every case runs alternately without and with libslice, ROUNDS times; medians are printed,
 as % of one core over the window, and the difference.
 
-usage: cpu_bench.py BUILD_DIR LIBSLICE [SECONDS] [ROUNDS]   (SIMGPU_STATE and SLICE_COORDINATOR_DIR:
-       a scratch folder's, as scripts/bench.sh sets them)
+With --threads, once more per thread for two busy tenants (30/70) with libslice and without: each
+thread's % of a core and its wake-ups a second (voluntary context switches, from
+/proc/PID/task/*/status): the application's thread, the simulated driver's, libslice's watcher.
+
+usage: cpu_bench.py BUILD_DIR LIBSLICE [SECONDS] [ROUNDS] [--threads]   (SIMGPU_STATE and
+       SLICE_COORDINATOR_DIR: a scratch folder's, as scripts/bench.sh sets them)
 """
 import glob
 import os
@@ -19,9 +23,11 @@ import subprocess
 import sys
 import time
 
-BUILD, LIBSLICE = sys.argv[1], sys.argv[2]
-SECONDS = float(sys.argv[3]) if len(sys.argv) > 3 else 5.0
-ROUNDS = int(sys.argv[4]) if len(sys.argv) > 4 else 3
+THREADS = "--threads" in sys.argv
+ARGS = [a for a in sys.argv[1:] if a != "--threads"]
+BUILD, LIBSLICE = ARGS[0], ARGS[1]
+SECONDS = float(ARGS[2]) if len(ARGS) > 2 else 5.0
+ROUNDS = int(ARGS[3]) if len(ARGS) > 3 else 3
 LOAD = os.path.join(BUILD, "bin", "simgpu-load")
 SHIM_BENCH = os.path.join(BUILD, "bin", "shim_bench")
 SIMGPU = os.path.join(BUILD, "simgpu")
@@ -67,14 +73,20 @@ def start(args, env):
     return proc
 
 
-def measure(procs):
-    """Mean % of a core of procs over the window [now + SETTLE, that + SECONDS]."""
+def window(procs, sample):
+    """sample(pid) of each of procs at the start and the end of the window [now + SETTLE, that +
+    SECONDS], and the window's length in seconds."""
     time.sleep(SETTLE)
-    before = [cpu_ns(p.pid) for p in procs]
+    before = [sample(p.pid) for p in procs]
     t0 = time.monotonic()
     time.sleep(SECONDS)
-    after = [cpu_ns(p.pid) for p in procs]
-    wall = time.monotonic() - t0
+    after = [sample(p.pid) for p in procs]
+    return before, after, time.monotonic() - t0
+
+
+def measure(procs):
+    """Mean % of a core of procs over the window."""
+    before, after, wall = window(procs, cpu_ns)
     return statistics.mean((b - a) / 1e9 / wall * 100 for a, b in zip(before, after))
 
 
@@ -106,6 +118,41 @@ def idle(with_slice):
         stop(procs + [neighbour])
 
 
+def per_thread(pid):
+    """tid -> (ns on a CPU, voluntary context switches) of each thread of pid."""
+    out = {}
+    for task in glob.glob(f"/proc/{pid}/task/*"):
+        try:
+            with open(task + "/schedstat") as f:
+                ns = int(f.read().split()[0])
+            with open(task + "/status") as f:
+                switches = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+            out[int(os.path.basename(task))] = (ns, switches)
+        except (OSError, ValueError, IndexError, StopIteration):
+            pass  # a thread that ended meanwhile
+    return out
+
+
+def threads_of_two(with_slice):
+    procs = [start([LOAD, "--seconds", str(SECONDS + SETTLE + 30), "--kernel-us", "1000"],
+                   env_for(f"cpu-threads-{i}", share, with_slice)) for i, share in enumerate((30, 70))]
+    try:
+        before, after, wall = window(procs, per_thread)
+    finally:
+        stop(procs)
+    side = "with libslice" if with_slice else "without"
+    for p, share, b, a in zip(procs, (30, 70), before, after):
+        # Threads in the order they were made: the application's (its pid), then the simulated
+        # driver's, then libslice's watcher (made after the driver's cuInit).
+        for order, tid in enumerate(sorted(a)):
+            if tid not in b:
+                continue
+            role = "application" if tid == p.pid else f"thread {order}"
+            ns, switches = a[tid][0] - b[tid][0], a[tid][1] - b[tid][1]
+            print(f"  {side:<14} share {share}  {role:<12} {ns / 1e9 / wall * 100:6.2f}%  "
+                  f"{switches / wall:7.0f} wake-ups/s")
+
+
 def main():
     cases = [("1 busy tenant", lambda w: busy(1, w), BUSY_TARGET), ("2 busy tenants (30/70)", lambda w: busy(2, w), BUSY_TARGET),
              ("8 busy tenants", lambda w: busy(8, w), BUSY_TARGET), ("an idle joined process", idle, IDLE_TARGET)]
@@ -123,6 +170,11 @@ def main():
         added = b - a
         print(f"  {name:<26} {a:>7.2f}% {b:>7.2f}% {added:>+7.2f}% {'<= ' + format(target, 'g'):>8}  "
               f"{'ok' if added <= target else 'over'}")
+    if THREADS:
+        print(f"Per thread, two busy tenants (30/70), {SECONDS:g} s (thread 1: the simulated driver's; "
+              "thread 2, with libslice: its watcher)")
+        for with_slice in (False, True):
+            threads_of_two(with_slice)
 
 
 main()
