@@ -64,15 +64,26 @@ void wake_gate(ComputeLane& lane) {
   if (lane.waiting.load() != 0) futex_wake_all(&lane.gate_seq, false);
 }
 
+// A drain signal is believed this long: a host function is not called after a context error, and
+// one that never came must not keep the thread from looking for itself.
+constexpr std::uint64_t kSignalStaleNs = 1'000'000'000;
+
 // The driver calls this, on a thread of its own, once the work queued before it in the stream is
 // done: a thread held at the gate by its queue's length then looks at once, instead of polling
-// for the drain. It makes no CUDA call (the driver forbids them in a host function). The lane
-// lives as long as the process (sessions are never freed), so a call that comes late finds it.
+// for the drain (drained_by_signal). It makes no CUDA call (the driver forbids them in a host
+// function). The lane lives as long as the process (sessions are never freed), so a call that
+// comes late finds it.
 void CUDA_CB drain_signalled(void* data) {
   auto* lane = static_cast<ComputeLane*>(data);
-  lane->signal_done.store(true);
+  lane->signals_fired.fetch_add(1);
   lane->drain_signal.store(false);
   wake_gate(*lane);
+}
+
+// A signal asked for and not yet come, recently enough to wait for it.
+bool signal_pending(const ComputeLane& lane, std::uint64_t now) {
+  return lane.drain_signal.load(std::memory_order_relaxed) &&
+         now < lane.signal_requested_ns.load(std::memory_order_relaxed) + kSignalStaleNs;
 }
 
 // Asks the driver to call drain_signalled when `stream`'s queued work is done (one request per lane
@@ -81,17 +92,49 @@ void CUDA_CB drain_signalled(void* data) {
 // host function there is as legal as the launch that follows it.
 // While any capture is in progress in the process it asks nothing, as libslice queries nothing then
 // (capture.h): a host function in the legacy stream would conflict with a capture elsewhere.
-bool request_drain_signal(ComputeLane& lane, CUstream stream, bool per_thread) {
+// Never into the legacy stream: an operation there waits for every blocking stream of the context
+// and holds their later work back.
+bool request_drain_signal(ComputeLane& lane, CUstream stream, bool per_thread, std::uint64_t now) {
   if (captures_active()) return false;
-  if (lane.drain_signal.load(std::memory_order_relaxed) || lane.drain_signal.exchange(true)) return true;
-  lane.signal_done.store(false);
-  lane.signal_launched.store(lane.since_drain.load(std::memory_order_acquire));
+  if (!per_thread && (stream == nullptr || stream == CU_STREAM_LEGACY)) return false;
+  if (lane.drain_signal.load(std::memory_order_relaxed)) {
+    if (signal_pending(lane, now)) return true;  // one on its way
+    // It never came: asked anew (the old one, should it come after all, only wakes the gate).
+  } else if (lane.drain_signal.exchange(true)) {
+    return true;  // another thread asked just now
+  }
+  lane.signal_requested_ns.store(now, std::memory_order_relaxed);
   const auto launch_host_func = SLICE_REAL(cuLaunchHostFunc);
+  std::lock_guard<std::mutex> lock(lane.mu);
+  // What it will speak for: the launches counted now, in this drain cycle, all into this stream
+  // (the lane's only target; with more, the signal only wakes the thread to look).
+  lane.signal_launched = lane.since_drain.load(std::memory_order_acquire);
+  lane.signal_epoch = lane.drain_epoch.load(std::memory_order_acquire);
+  if (lane.targets.size() != 1) lane.signal_launched = 0;
+  ++lane.signals_requested;
   if (launch_host_func != nullptr &&
       launch_host_func(per_thread ? CU_STREAM_PER_THREAD : stream, drain_signalled, &lane) == CUDA_SUCCESS)
     return true;
+  --lane.signals_requested;
   lane.drain_signal.store(false);
   return false;
+}
+
+// After a drain signal: the lane is drained if the last signal asked for came, no drain happened
+// since it was asked for (a drain and a refill to the same count would otherwise pass for it), the
+// stream it was queued in is still all the lane has, and nothing was launched since. No query: the
+// stream is not done until the host function returns, so a query now would find it busy.
+bool drained_by_signal(ComputeLane& lane) {
+  std::uint32_t launched = 0;
+  {
+    std::lock_guard<std::mutex> lock(lane.mu);
+    if (lane.signals_requested == 0 || lane.signals_fired.load() != lane.signals_requested ||
+        lane.signal_epoch != lane.drain_epoch.load() || lane.targets.size() != 1)
+      return false;
+    launched = lane.signal_launched;
+    lane.signal_launched = 0;  // spoken for once
+  }
+  return launched != 0 && drained(lane, launched, true);
 }
 
 // When this lane's queued work should be done: launches since the drain, at the measured cost of
@@ -113,11 +156,13 @@ void WatcherSignal::wake() {
 struct Compute::Next {
   std::uint64_t at = ~0ull;                // look again then at the latest
   const TenantCompute* wait_on = nullptr;  // meanwhile sleep on this tenant's turn_seq
+  ComputeBoard* board = nullptr;           // ... a row of this board's last read
   bool deep_idle = true;                   // nothing to do: a launch wakes the watcher
   void merge(const Next& n) {
     if (n.at < at) {
       at = n.at;
       wait_on = n.wait_on;
+      board = n.board;
     }
     deep_idle = deep_idle && n.deep_idle;
   }
@@ -134,14 +179,19 @@ struct Compute::Watch {
     bool decided_open = false;
     std::uint64_t last_active_ns = 0;  // when it last had work
     DeviceTimeEstimator estimate;      // what this process received there
+    // The other tenants on this GPU: a board of its own per GPU, since what a tenant does (rests,
+    // is absent) is a matter of the GPU; one board for all read a tenant busy on one GPU as
+    // resting on another, and skipped it on both.
+    std::unique_ptr<ComputeBoard> board;
     std::vector<TenantCompute> board_rows;
     CUcontext current = nullptr;  // what the watcher thread has made current
     std::uint64_t traced_ns = 0;
   };
-  ComputeBoard board;
   std::vector<Lane> lanes;
   SharePolicy policy;
-  Watch(const std::string& dir, const std::string& tenant, std::size_t n) : board(dir, tenant), lanes(n) {}
+  Watch(const std::string& dir, const std::string& tenant, std::size_t n) : lanes(n) {
+    for (Lane& l : lanes) l.board = std::make_unique<ComputeBoard>(dir, tenant);
+  }
 };
 
 Compute::Compute(Session& s)
@@ -167,8 +217,8 @@ void Compute::use(int device) {
 
 void Compute::stop() {
   if (stop_.exchange(true)) return;
-  signal_.wake();             // out of its sleep, on its own word ...
-  watch_->board.interrupt();  // ... or on another tenant's
+  signal_.wake();                                             // out of its sleep, on its own word ...
+  for (Watch::Lane& l : watch_->lanes) l.board->interrupt();  // ... or on another tenant's
   if (watcher_.joinable()) watcher_.join();
 }
 
@@ -201,7 +251,7 @@ void Compute::run() {
     if (next.wait_on != nullptr) {
       // Another tenant's word, never for long (what it publishes is not to be trusted, and this
       // process's heartbeats must stay fresh): woken by its change of turns, or it looks again.
-      if (watch_->board.wait_for(*next.wait_on, std::min(timeout, kTurnWaitNs)) != WaitResult::failed) continue;
+      if (next.board->wait_for(*next.wait_on, std::min(timeout, kTurnWaitNs)) != WaitResult::failed) continue;
     }
     if (next.deep_idle) {
       // Said before the sleep, then the lanes looked at again (both sequentially consistent, as
@@ -235,13 +285,11 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   const std::uint32_t launched = lane.since_drain.load(std::memory_order_acquire);
   const bool active = launched != 0;
   const bool wanting = lane.waiting.load(std::memory_order_acquire) != 0;
-  if (active || wanting) {
-    // Work after a rest: the others may have stopped reading this tenant's file (a tenant rests for
-    // them after a window without device time, longer than this), and read it at their next look
-    // once the bell rings (awake_bell.h).
-    if (now >= w.last_active_ns + kRecentNs) ring_awake_bell(c.dir(), c.tenant());
-    w.last_active_ns = now;
-  }
+  // Work after a rest: the others may have stopped reading this tenant's file (a tenant rests for
+  // them after a window without device time; half of one here, for margin), and read it at their
+  // next look once the bell rings (awake_bell.h), after what it publishes below.
+  const bool woke = (active || wanting) && now >= w.last_active_ns + watch_->policy.window_ns / 2;
+  if (active || wanting) w.last_active_ns = now;
   // Nothing of ours on the device, nobody waiting at the gate: nothing to watch until work comes.
   // Between requests the next one is seen when it starts; idle longer, the launch that brings work
   // wakes a deep sleep.
@@ -292,8 +340,9 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   if (active) entry.active_heartbeat_ns.store(now, std::memory_order_relaxed);
   if (wanting) entry.wanting_heartbeat_ns.store(now, std::memory_order_relaxed);
   const Coordinator::ComputeSettings settings = c.publish_compute_settings(device);
+  if (woke) ring_awake_bell(c.dir());
 
-  watch_->board.read(session_.devices[device].uuid.data(), now, watch_->policy.window_ns, w.board_rows);
+  w.board->read(session_.devices[device].uuid.data(), now, watch_->policy.window_ns, w.board_rows);
   // The step that ends now, shared among the tenants with work then and this tenant's processes.
   unsigned tenants = 1;
   for (const TenantCompute& t : w.board_rows) tenants += t.active;
@@ -396,17 +445,20 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
       // The holder's queue should be done about now, and it wakes this thread when it is.
       next.at = now + kDrainPollMaxNs * 4;
       next.wait_on = holder;
+      next.board = w.board.get();
     } else if (holder != nullptr && holder->drain_eta_ns != 0 && holder->drain_eta_ns > now) {
       // It yields: until shortly before its queue should be done (or it changes), but no longer
       // than a turn's wait (the figure is another process's: run() bounds the sleep).
       next.at = std::min(holder->drain_eta_ns - kHandoverLeadNs, now + kTurnWaitNs);
       next.wait_on = holder;
+      next.board = w.board.get();
     } else if (holder != nullptr || wanter != nullptr) {
       // Another tenant has the device, or takes it back after its short queue drained (it still
       // wants it): at the next decision, or when it no longer wants the device (its word changes
       // only then: coordinator_layout.h), whichever is first.
       next.at = now + kTurnWaitNs;
       next.wait_on = holder != nullptr ? holder : wanter;
+      next.board = w.board.get();
     } else {
       next.at = now + kCrossedNs;
     }
@@ -466,22 +518,11 @@ bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
   return drained(lane, launched, false);
 }
 
-bool drained_by_signal(ComputeLane& lane) {
-  if (!lane.signal_done.exchange(false)) return false;
-  {
-    // The signal speaks for the stream it was queued in: for the lane only while that stream is
-    // all the lane has (the thread that asked registered it before it waited).
-    std::lock_guard<std::mutex> lock(lane.mu);
-    if (lane.targets.size() != 1) return false;
-  }
-  return drained(lane, lane.signal_launched.load(std::memory_order_relaxed), true);
-}
-
 bool drained(ComputeLane& lane, std::uint32_t launched, bool seen_at_once) {
-  if (launched == 0) return false;
   // Everything submitted before `launched` was read is done. A launch counted since then keeps
   // the lane busy (the exchange fails).
   if (!lane.since_drain.compare_exchange_strong(launched, 0)) return false;
+  lane.drain_epoch.fetch_add(1);
   const std::uint64_t start = lane.cycle_start_ns.load(std::memory_order_relaxed), now = monotonic_ns();
   // A drain the driver signalled was seen when it happened: its measure is right, as one found
   // after looks that came too early.
@@ -588,9 +629,8 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
         // higher priority's waiting launch, which the gap of a look lets in. (Asked there too, it
         // raised a high-priority server's p99 from about 2.1 to 3.0 ms beside 1 ms kernels.)
         const bool one_deep = lane.budget.load(std::memory_order_relaxed) <= 1;
-        const bool signalled =
-            lane.drain_signal.load(std::memory_order_relaxed) ||
-            (!signal_asked && own_context && !one_deep && request_drain_signal(lane, stream, per_thread));
+        const bool signalled = signal_pending(lane, now) || (!signal_asked && own_context && !one_deep &&
+                                                             request_drain_signal(lane, stream, per_thread, now));
         signal_asked = true;
         const std::uint64_t drain_at = expected_drain_ns(lane, lane.since_drain.load(std::memory_order_relaxed));
         if (!signalled)
@@ -598,9 +638,10 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
               std::min(timeout, drain_at > now + kDrainPollNs ? std::min(drain_at - now, kGateLookNs) : kDrainPollNs);
       }
       const bool timed_out = futex_wait(&lane.gate_seq, seq, timeout, false) == WaitResult::timed_out;
-      if (!timed_out && lane.drain_signal.load(std::memory_order_relaxed)) continue;  // not the signal yet
-      // Its time to look, or the driver said the stream drained (drain_signalled itself may not
-      // query: no CUDA call in a host function, and the stream is not done until it returns).
+      if (!timed_out && signal_pending(lane, monotonic_ns())) continue;  // woken, but not by the signal
+      // Its time to look, or the driver said the stream drained: it asks whether all is done (if
+      // the host function is still returning, the stream is not done yet, and it looks again
+      // kDrainPollNs later).
       if (lane.open.load(std::memory_order_acquire) && over_budget() && !drained_by_signal(lane))
         poll_drain(lane, reinterpret_cast<CUcontext>(ctx.key), nullptr);
     }

@@ -43,19 +43,26 @@ struct WatcherSignal {
 
 // One device of this process.
 struct ComputeLane {
-  WatcherSignal* watcher = nullptr;               // the process's watcher, to wake it
-  std::atomic<std::uint32_t> gate_seq{0};         // bumped when the gate may have opened (a futex)
-  std::atomic<bool> open{true};                   // the policy lets this process submit
-  std::atomic<std::uint32_t> budget{~0u};         // launches that may be queued before a drain
-  std::atomic<std::uint32_t> since_drain{0};      // launches submitted since it last had no work
-  std::atomic<std::uint32_t> waiting{0};          // threads held at the gate now
-  std::atomic<bool> used{false};                  // a launch came here: the watcher looks after it
-  std::atomic<std::uint64_t> cycle_start_ns{0};   // when since_drain last went from 0 to 1
-  std::atomic<std::uint64_t> per_launch_ns{0};    // device time a launch took, as last measured
-  std::atomic<std::uint32_t> drain_polls{0};      // looks since the last drain that found work left
-  std::atomic<bool> drain_signal{false};          // a host function in a stream will wake the gate (compute.cpp)
-  std::atomic<bool> signal_done{false};           // ... and has: what was queued before it is done
-  std::atomic<std::uint32_t> signal_launched{0};  // since_drain when it was queued
+  WatcherSignal* watcher = nullptr;                   // the process's watcher, to wake it
+  std::atomic<std::uint32_t> gate_seq{0};             // bumped when the gate may have opened (a futex)
+  std::atomic<bool> open{true};                       // the policy lets this process submit
+  std::atomic<std::uint32_t> budget{~0u};             // launches that may be queued before a drain
+  std::atomic<std::uint32_t> since_drain{0};          // launches submitted since it last had no work
+  std::atomic<std::uint32_t> waiting{0};              // threads held at the gate now
+  std::atomic<bool> used{false};                      // a launch came here: the watcher looks after it
+  std::atomic<std::uint64_t> cycle_start_ns{0};       // when since_drain last went from 0 to 1
+  std::atomic<std::uint64_t> per_launch_ns{0};        // device time a launch took, as last measured
+  std::atomic<std::uint32_t> drain_polls{0};          // looks since the last drain that found work left
+  std::atomic<bool> drain_signal{false};              // a host function in a stream will wake the gate (compute.cpp)
+  std::atomic<std::uint64_t> signal_requested_ns{0};  // ... asked for then
+  // What the signals asked for say (under mu): requested and fired count them (host functions run
+  // in order in a stream, so equal counts mean the last one came); the last asked for spoke for
+  // signal_launched launches, counted in the drain cycle signal_epoch (drain_epoch counts drains).
+  std::uint32_t signals_requested = 0;
+  std::atomic<std::uint32_t> signals_fired{0};
+  std::uint32_t signal_launched = 0;
+  std::uint32_t signal_epoch = 0;
+  std::atomic<std::uint32_t> drain_epoch{0};
   struct Target {
     CUcontext context = nullptr;
     CUstream stream = nullptr;  // queried with cuStreamQuery...
@@ -71,11 +78,9 @@ struct ComputeLane {
 // can be queried (a thread must not change the application's current context); nullptr: any, the
 // watcher making each current in turn (`current` remembers what it made current).
 bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current);
-// The same from the driver's drain signal (a host function a thread held at the gate queued): true
-// when it came and the stream it was queued in is all the lane has. No query.
-bool drained_by_signal(ComputeLane& lane);
 // Marks the lane drained of the `launched` launches counted when its work was found done (false if
-// more were counted since), measures a launch's cost, and lets the gate's sleepers go.
+// more were counted since), measures a launch's cost (`seen_at_once`: the drain was seen when it
+// happened, as the driver's signal sees it), and lets the gate's sleepers go.
 bool drained(ComputeLane& lane, std::uint32_t launched, bool seen_at_once);
 
 class Compute {

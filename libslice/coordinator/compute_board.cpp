@@ -19,7 +19,7 @@ namespace {
 // The tenants folder is listed again when it changed, seen by a look (a stat of it, and one of the
 // bell's folder: awake_bell.h) every kLookNs, so that a newcomer or a tenant that wakes up is seen
 // within that; and every kRescanNs regardless.
-constexpr std::uint64_t kRescanNs = 10'000'000'000;
+constexpr std::uint64_t kRescanNs = 1'000'000'000;
 constexpr std::uint64_t kLookNs = 10'000'000;
 // The header and the device entries: all a reader needs, one pread.
 constexpr std::size_t kReadBytes = offsetof(TenantFile, slots);
@@ -120,7 +120,7 @@ void ComputeBoard::look(std::uint64_t now_ns) {
   if (scanned_ && now_ns < looked_ns_ + kLookNs) return;
   looked_ns_ = now_ns;
   const FolderChanges::Seen bell = awake_folder_.look();
-  bell_works_ = bell != FolderChanges::Seen::missing;
+  bell_works_ = bell != FolderChanges::Seen::missing && bell_trusted(dir_);
   rung_ |= bell == FolderChanges::Seen::changed;
   const bool listing_changed = tenants_folder_.look() == FolderChanges::Seen::changed;
   if (!scanned_ || listing_changed || now_ns >= scanned_ns_ + kRescanNs) rescan(now_ns);

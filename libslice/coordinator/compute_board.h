@@ -60,7 +60,7 @@ class ComputeBoard {
   // The tenants other than `self` that use the GPU `uuid`, with what each received over the last
   // `window_ns`. The folder is listed again when it changed (looked at every 10 ms: a new tenant is
   // seen within that, and has the device within the 100 ms a neighbour has to give it back), and
-  // every 10 s regardless. Tenants that rest (nothing on the GPU, nothing received over the
+  // every second regardless. Tenants that rest (nothing on the GPU, nothing received over the
   // window) are not read again until one rings the bell (awake_bell.h) or a second passed, so a
   // look costs the same with 2 tenants or 256 of which 2 work.
   // Cheap enough to call every few hundred microseconds: a tenant's whole start (and its history)

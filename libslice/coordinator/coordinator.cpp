@@ -8,6 +8,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "awake_bell.h"
 #include "futex.h"
 #include "usage_meter.h"
 
@@ -220,6 +221,9 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
     c->publish_compute_settings(static_cast<int>(i));
     c->device_entry(static_cast<int>(i)).joined_ms.store(stamp, std::memory_order_release);
   }
+  // A new process of a tenant the others let rest (its file is not new, so their listing does not
+  // change): they read it at their next look, and see it joined.
+  ring_awake_bell(c->dir_);
   return c;
 }
 

@@ -199,13 +199,16 @@ TEST_F(ComputeBoardTest, ARestingTenantIsReadAgainWhenItRingsTheBell) {
   ComputeBoard board(dir_, "reader");
   std::uint64_t now = monotonic_ns() + kWindowNs + 10'000'000;  // its join is a window old: it rests
   EXPECT_TRUE(look(board, now).empty());
-  // Past the clock tick of the folders' last changes (the joins), which a look takes for a ring.
+  // Past the clock tick of the folders' last changes (the joins ring too): the first look after
+  // that still takes them for new (a change in the same tick could hide behind them), not the next.
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  now += 20'000'000;
+  EXPECT_TRUE(look(board, now).empty());
   // Past several looks, and past the 50 ms rest of a coordinator without a bell: work, but no ring.
   now += 60'000'000;
   publish_active(*sleeper, true, now);
   EXPECT_TRUE(look(board, now).empty()) << "a resting tenant was read although nobody rang";
-  ASSERT_TRUE(ring_awake_bell(dir_, "sleeper"));
+  ASSERT_TRUE(ring_awake_bell(dir_));
   now += 20'000'000;  // the next look at the folders
   publish_active(*sleeper, true, now);
   const std::vector<TenantCompute> seen = look(board, now);
@@ -213,6 +216,7 @@ TEST_F(ComputeBoardTest, ARestingTenantIsReadAgainWhenItRingsTheBell) {
   EXPECT_EQ(seen[0].name, "sleeper");
   EXPECT_TRUE(seen[0].active);
   EXPECT_TRUE(std::filesystem::is_empty(std::filesystem::path(dir_) / kAwakeFolder)) << "the ring left a file";
+  EXPECT_TRUE(bell_trusted(dir_));
 }
 
 // A coordinator folder without the bell's folder (made by an older libslice, or where it could not
@@ -225,12 +229,35 @@ TEST_F(ComputeBoardTest, WithoutTheBellsFolderARestingTenantIsReadWithin50Ms) {
   std::uint64_t now = monotonic_ns() + kWindowNs + 10'000'000;
   EXPECT_TRUE(look(board, now).empty());
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  EXPECT_FALSE(ring_awake_bell(dir_, "sleeper"));
+  EXPECT_FALSE(ring_awake_bell(dir_));
   now += 60'000'000;
   publish_active(*sleeper, true, now);
   const std::vector<TenantCompute> seen = look(board, now);
   ASSERT_EQ(seen.size(), 1u);
   EXPECT_TRUE(seen[0].active);
+}
+
+// A bell's folder that anyone could have made private (not shared and sticky) is not trusted: a
+// tenant that could no longer ring would otherwise rest a second for every reader.
+TEST_F(ComputeBoardTest, ABellsFolderNotSharedIsNotTrusted) {
+  auto reader = join("reader", Priority::normal);
+  auto sleeper = join("sleeper", Priority::normal);
+  const std::filesystem::path bell = std::filesystem::path(dir_) / kAwakeFolder;
+  ASSERT_TRUE(bell_trusted(dir_));
+  std::filesystem::permissions(bell, std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+                                         std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+                                         std::filesystem::perms::others_exec);
+  EXPECT_FALSE(bell_trusted(dir_));
+  ComputeBoard board(dir_, "reader");
+  std::uint64_t now = monotonic_ns() + kWindowNs + 10'000'000;
+  EXPECT_TRUE(look(board, now).empty());
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  now += 20'000'000;
+  EXPECT_TRUE(look(board, now).empty());  // the first look a tick after the joins' rings
+  now += 60'000'000;
+  publish_active(*sleeper, true, now);
+  const std::vector<TenantCompute> seen = look(board, now);
+  ASSERT_EQ(seen.size(), 1u) << "read again within 50 ms, as without a bell";
 }
 
 }  // namespace

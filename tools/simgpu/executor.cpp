@@ -113,7 +113,10 @@ void executor_main(DeviceExecutor* ex) {
     if (kind == Op::Kind::kernel || kind == Op::Kind::event_record) {
       // Report completion no earlier than the device finishes, unless more kernels follow at once.
       const std::uint64_t now = monotonic_ns();
-      const bool more = s->queue.size() > 1 || kernel_ready_locked(ex->device);
+      // More kernels, that is: a host function or an event after it must not see this one done
+      // before the device finished it (a host function runs at once, on the host).
+      const bool more =
+          (s->queue.size() > 1 && s->queue[1].kind == Op::Kind::kernel) || kernel_ready_locked(ex->device);
       if (finished > now && !(more && finished - now < kCompletionLeadNs)) {
         // With more work queued, stay half a lead ahead of the device so its clock never waits on
         // our wake-up; with none, report completion exactly when the device finishes.
