@@ -120,7 +120,12 @@ void ComputeBoard::look(std::uint64_t now_ns) {
   if (scanned_ && now_ns < looked_ns_ + kLookNs) return;
   looked_ns_ = now_ns;
   const FolderChanges::Seen bell = awake_folder_.look();
-  bell_works_ = bell != FolderChanges::Seen::missing && bell_trusted(dir_);
+  // Whether the folder is to be trusted is looked at with the listing's rhythm (two more calls).
+  if (!scanned_ || now_ns >= trust_checked_ns_ + kRescanNs) {
+    trust_checked_ns_ = now_ns;
+    bell_trusted_ = bell_trusted(dir_);
+  }
+  bell_works_ = bell != FolderChanges::Seen::missing && bell_trusted_;
   rung_ |= bell == FolderChanges::Seen::changed;
   const bool listing_changed = tenants_folder_.look() == FolderChanges::Seen::changed;
   if (!scanned_ || listing_changed || now_ns >= scanned_ns_ + kRescanNs) rescan(now_ns);

@@ -114,8 +114,10 @@ class ComputeBoard {
   std::uint64_t looked_ns_ = 0;  // when the folders were last looked at
   FolderChanges tenants_folder_;
   FolderChanges awake_folder_;
-  bool bell_works_ = false;  // the coordinator has a bell's folder: resting tenants rest longer
-  bool rung_ = false;        // it rang since the last read: resting tenants are read again
+  bool bell_works_ = false;             // the coordinator has a bell's folder: resting tenants rest longer
+  bool bell_trusted_ = false;           // bell_trusted(), as last looked at
+  std::uint64_t trust_checked_ns_ = 0;  // then
+  bool rung_ = false;                   // it rang since the last read: resting tenants are read again
 };
 
 }  // namespace slice
