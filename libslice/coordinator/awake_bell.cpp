@@ -5,13 +5,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
-
 namespace slice {
 namespace {
 
-// A modification time this close to now may share its clock tick with a later change.
+// The coarse clock that stamps a folder ticks at least this often (1-10 ms, by the kernel's HZ).
 constexpr std::int64_t kStampTickNs = 20'000'000;
 
 std::int64_t realtime_ns() {
