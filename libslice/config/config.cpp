@@ -232,7 +232,7 @@ ConfigResult parse_config(const Environment& env) {
     NameMatch match = match_name(name, value);
     if (match.error) return failure(std::move(*match.error));
     if (match.info == nullptr) continue;
-    // An empty flag is unset: its default holds (SLICE_CRASH_HANDLER= keeps the handler on).
+    // An empty flag is unset: its default holds (SLICE_CRASH_HANDLER= keeps the handler off).
     if (match.info->kind == VariableKind::flag && value.empty()) continue;
     const auto id = static_cast<VariableId>(match.info - kSliceVariables);
     if (auto reason = apply(config, id, match.device, value)) {

@@ -1,8 +1,9 @@
 // libslice's crash report (shim/crash_handler.cpp), on crash_probe under LD_PRELOAD with the
 // simulated driver: a fault inside libslice is reported (version, signal, backtrace) and then
 // reaches the application's own handler, or kills the process by the signal; a fault in the
-// application is never reported and reaches its handler as often as it happens; with
-// SLICE_CRASH_HANDLER=0 libslice says nothing.
+// application is never reported and reaches its handler as often as it happens. The handlers are
+// installed only with SLICE_CRASH_HANDLER=1: by default (and with 0) libslice installs nothing and
+// says nothing.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -61,7 +62,7 @@ int count_of(const std::string& text, const std::string& what) {
 bool exited_with(int status, int code) { return WIFEXITED(status) && WEXITSTATUS(status) == code; }
 
 TEST(CrashHandler, FaultInLibsliceIsReportedThenReachesTheApplicationsHandler) {
-  const Outcome out = run_probe("libslice", "handler");
+  const Outcome out = run_probe("libslice", "handler", "1");
   EXPECT_TRUE(exited_with(out.status, 42)) << out.status << "\n" << out.err;
   const auto report = out.err.find("] error: libslice " SLICE_VERSION_STRING " crashed in process ");
   ASSERT_NE(report, std::string::npos) << out.err;
@@ -81,7 +82,7 @@ TEST(CrashHandler, FaultInLibsliceIsReportedThenReachesTheApplicationsHandler) {
 }
 
 TEST(CrashHandler, FaultInLibsliceWithoutAHandlerKillsBySignal) {
-  const Outcome out = run_probe("libslice", "none");
+  const Outcome out = run_probe("libslice", "none", "1");
   ASSERT_TRUE(WIFSIGNALED(out.status)) << out.status << "\n" << out.err;
   EXPECT_EQ(WTERMSIG(out.status), SIGSEGV);
   EXPECT_NE(out.err.find(" crashed in process "), std::string::npos) << out.err;
@@ -90,7 +91,7 @@ TEST(CrashHandler, FaultInLibsliceWithoutAHandlerKillsBySignal) {
 TEST(CrashHandler, BeforeTheFirstLaunchTheReportHasTheFaultingFrameOnly) {
   // libunwind is loaded by the watcher thread, at the first launch, to keep it off the start-up
   // path; a fault before that is still reported, with the frame the signal gives.
-  const Outcome out = run_probe("libslice-first", "handler");
+  const Outcome out = run_probe("libslice-first", "handler", "1");
   EXPECT_TRUE(exited_with(out.status, 42)) << out.status << "\n" << out.err;
   EXPECT_NE(out.err.find(" crashed in process "), std::string::npos) << out.err;
   EXPECT_EQ(count_of(out.err, "error:   #"), 1) << out.err;
@@ -99,8 +100,8 @@ TEST(CrashHandler, BeforeTheFirstLaunchTheReportHasTheFaultingFrameOnly) {
   EXPECT_NE(out.err.find("probe: own handler ran"), std::string::npos) << out.err;
 }
 
-TEST(CrashHandler, OffMeansNoOutput) {
-  for (const char* off : {"0", "false", "no"}) {
+TEST(CrashHandler, OffByDefaultAndWhenTurnedOff) {
+  for (const char* off : {"", "0", "false", "no"}) {
     const Outcome out = run_probe("libslice-first", "handler", off);
     EXPECT_TRUE(exited_with(out.status, 42)) << out.status << "\n" << out.err;
     EXPECT_EQ(out.err.find("libslice["), std::string::npos) << out.err;
@@ -109,22 +110,26 @@ TEST(CrashHandler, OffMeansNoOutput) {
 }
 
 TEST(CrashHandler, FaultInTheApplicationPassesStraightOn) {
-  const Outcome handled = run_probe("app", "handler");
-  EXPECT_TRUE(exited_with(handled.status, 42)) << handled.status << "\n" << handled.err;
-  EXPECT_EQ(handled.err.find("libslice["), std::string::npos) << handled.err;
+  for (const char* on : {"1", ""}) {
+    const Outcome handled = run_probe("app", "handler", on);
+    EXPECT_TRUE(exited_with(handled.status, 42)) << on << " " << handled.status << "\n" << handled.err;
+    EXPECT_EQ(handled.err.find("libslice["), std::string::npos) << handled.err;
 
-  const Outcome unhandled = run_probe("app", "none");
-  ASSERT_TRUE(WIFSIGNALED(unhandled.status)) << unhandled.status << "\n" << unhandled.err;
-  EXPECT_EQ(WTERMSIG(unhandled.status), SIGSEGV);
-  EXPECT_EQ(unhandled.err.find("libslice["), std::string::npos) << unhandled.err;
+    const Outcome unhandled = run_probe("app", "none", on);
+    ASSERT_TRUE(WIFSIGNALED(unhandled.status)) << on << " " << unhandled.status << "\n" << unhandled.err;
+    EXPECT_EQ(WTERMSIG(unhandled.status), SIGSEGV);
+    EXPECT_EQ(unhandled.err.find("libslice["), std::string::npos) << unhandled.err;
+  }
 }
 
 TEST(CrashHandler, ApplicationFaultsItRecoversFromKeepWorking) {
   // A JVM takes SIGSEGV on purpose, again and again: each must reach its handler.
-  const Outcome out = run_probe("app", "recover");
-  EXPECT_TRUE(exited_with(out.status, 0)) << out.status << "\n" << out.err;
-  EXPECT_NE(out.err.find("probe: recovered 3 times"), std::string::npos) << out.err;
-  EXPECT_EQ(out.err.find("libslice["), std::string::npos) << out.err;
+  for (const char* on : {"1", ""}) {
+    const Outcome out = run_probe("app", "recover", on);
+    EXPECT_TRUE(exited_with(out.status, 0)) << on << " " << out.status << "\n" << out.err;
+    EXPECT_NE(out.err.find("probe: recovered 3 times"), std::string::npos) << out.err;
+    EXPECT_EQ(out.err.find("libslice["), std::string::npos) << out.err;
+  }
 }
 
 }  // namespace

@@ -241,17 +241,18 @@ TEST(Config, DisableIsTheEscapeHatch) {
   }
 }
 
-TEST(Config, CrashHandlerIsOnUnlessTurnedOff) {
-  EXPECT_TRUE(parsed({}).crash_handler);
-  for (const char* yes : {"1", "true", "YES", ""})  // empty: unset, the default holds
-    EXPECT_TRUE(parsed({{"SLICE_CRASH_HANDLER", yes}}).crash_handler) << yes;
-  for (const char* no : {"0", "false", "No"}) EXPECT_FALSE(parsed({{"SLICE_CRASH_HANDLER", no}}).crash_handler) << no;
+// Off unless asked for: libslice touches no signal disposition of the application's by default.
+TEST(Config, CrashHandlerIsOffUnlessTurnedOn) {
+  EXPECT_FALSE(parsed({}).crash_handler);
+  for (const char* yes : {"1", "true", "YES"}) EXPECT_TRUE(parsed({{"SLICE_CRASH_HANDLER", yes}}).crash_handler) << yes;
+  for (const char* no : {"0", "false", "No", ""})  // empty: unset, the default holds
+    EXPECT_FALSE(parsed({{"SLICE_CRASH_HANDLER", no}}).crash_handler) << no;
   EXPECT_EQ(error({{"SLICE_CRASH_HANDLER", "off"}}),
             "SLICE_CRASH_HANDLER='off' is not valid: must be 1, 0, true, false, yes or no; example: "
-            "SLICE_CRASH_HANDLER=0");
+            "SLICE_CRASH_HANDLER=1");
   EXPECT_EQ(error({{"SLICE_CRASH_HANDLER_0", "1"}}),
             "SLICE_CRASH_HANDLER_0='1' is not valid: SLICE_CRASH_HANDLER has no per-device form; example: "
-            "SLICE_CRASH_HANDLER=0");
+            "SLICE_CRASH_HANDLER=1");
 }
 
 TEST(Environment, FromAnEnvironmentBlock) {
