@@ -9,7 +9,7 @@
 #include "compute.h"
 #include "hook_support.h"
 #include "log.h"
-#include "own_nvml.h"
+#include "nvml_use.h"
 
 namespace slice::shim {
 namespace {
@@ -19,8 +19,8 @@ struct Measure {
   std::uint64_t charged = 0;
 };
 
-Measure measure(Session& s, int device) {
-  return {own_nvml_process_memory(s.devices[device].uuid_text), s.coordinator->mine(device)};
+Measure measure(Session& s, NvmlLook& look, int device) {
+  return {look.process_memory(s.devices[device].uuid_text), s.coordinator->mine(device)};
 }
 
 // What the context took: the growth NVML saw less the growth of our own charges.
@@ -48,8 +48,9 @@ void forget_context(Session& s, std::uint64_t ctx) {
 }
 
 // Charges a context just created; false (and a refusal line) when it does not fit.
-bool charge_context(Session& s, int device, std::uint64_t ctx, const Measure& before, const char* what) {
-  const std::uint64_t bytes = context_bytes(before, measure(s, device));
+bool charge_context(Session& s, NvmlLook& look, int device, std::uint64_t ctx, const Measure& before,
+                    const char* what) {
+  const std::uint64_t bytes = context_bytes(before, measure(s, look, device));
   if (bytes == 0) return true;
   if (!charge(s, device, bytes, what)) return false;
   record(s, s.contexts, ctx, Charge{device, bytes, 0});
@@ -72,10 +73,11 @@ CUresult create_context(CUcontext* pctx, CUdevice dev, RealCall call) {
       [&](Session& s) {
         const int device = s.index_of(dev);
         if (device < 0) return call();
-        const Measure before = measure(s, device);
+        NvmlLook look;  // NVML stays started from before to after
+        const Measure before = measure(s, look, device);
         const CUresult rc = call();
         if (rc != CUDA_SUCCESS) return rc;
-        if (!charge_context(s, device, reinterpret_cast<std::uint64_t>(*pctx), before, what)) {
+        if (!charge_context(s, look, device, reinterpret_cast<std::uint64_t>(*pctx), before, what)) {
           SLICE_CALL_REAL(cuCtxDestroy_v2, *pctx);
           *pctx = nullptr;
           return CUDA_ERROR_OUT_OF_MEMORY;
@@ -127,11 +129,12 @@ extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdev
       [&](Session& s) {
         const int device = s.index_of(dev);
         if (device < 0 || primary_active(dev)) return call();  // already there: no new memory
-        const Measure before = measure(s, device);
+        NvmlLook look;                                         // NVML stays started from before to after
+        const Measure before = measure(s, look, device);
         const CUresult rc = call();
         if (rc != CUDA_SUCCESS) return rc;
         const auto key = reinterpret_cast<std::uint64_t>(*pctx);
-        if (!charge_context(s, device, key, before, "cuDevicePrimaryCtxRetain")) {
+        if (!charge_context(s, look, device, key, before, "cuDevicePrimaryCtxRetain")) {
           SLICE_CALL_REAL(cuDevicePrimaryCtxRelease_v2, dev);
           *pctx = nullptr;
           return CUDA_ERROR_OUT_OF_MEMORY;

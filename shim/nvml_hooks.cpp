@@ -17,6 +17,7 @@
 #include "log.h"
 #include "memory_report.h"
 #include "nvml_api.h"
+#include "nvml_use.h"
 
 namespace slice::shim {
 namespace {
@@ -84,13 +85,13 @@ bool tenant_known() {
   return config != nullptr && !config->disable && !config->tenant.empty();
 }
 
-template <typename Call>
-nvmlReturn_t nvml_init(Call&& call) {
+// The application's init: counted apart from libslice's own reference (nvml_use.h).
+nvmlReturn_t nvml_init(NvmlInit which, unsigned int flags) {
   if (session_config() == nullptr) {
     start_session();  // writes the one error line and fails closed, without touching the driver
     return kNvmlFailedClosed;
   }
-  return call();
+  return application_nvml_init(which, flags);
 }
 
 // The driver's list, of any process-info layout, filtered to the tenant's processes.
@@ -127,26 +128,14 @@ nvmlReturn_t tenant_processes(unsigned int* count, Info* infos, Call&& call) {
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT nvmlReturn_t nvmlInit_v2(void) {
-  return nvml_init([] {
-    const auto real = SLICE_REAL(nvmlInit_v2);
-    return real != nullptr ? real() : NVML_ERROR_LIBRARY_NOT_FOUND;
-  });
-}
-
-extern "C" SLICE_EXPORT nvmlReturn_t nvmlInit(void) {
-  return nvml_init([] {
-    const auto real = SLICE_REAL(nvmlInit);
-    return real != nullptr ? real() : NVML_ERROR_LIBRARY_NOT_FOUND;
-  });
-}
-
+extern "C" SLICE_EXPORT nvmlReturn_t nvmlInit_v2(void) { return nvml_init(NvmlInit::v2, 0); }
+extern "C" SLICE_EXPORT nvmlReturn_t nvmlInit(void) { return nvml_init(NvmlInit::v1, 0); }
 extern "C" SLICE_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
-  return nvml_init([flags] {
-    const auto real = SLICE_REAL(nvmlInitWithFlags);
-    return real != nullptr ? real(flags) : NVML_ERROR_LIBRARY_NOT_FOUND;
-  });
+  return nvml_init(NvmlInit::with_flags, flags);
 }
+
+// Counted against the application's inits, so that its last one ends NVML (nvml_use.h).
+extern "C" SLICE_EXPORT nvmlReturn_t nvmlShutdown(void) { return application_nvml_shutdown(); }
 
 namespace {
 

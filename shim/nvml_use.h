@@ -1,22 +1,68 @@
-// libslice's own NVML, for what it measures for itself (a context's memory, the reconciliation of
-// what the driver holds for this process). NVML counts nvmlInit and nvmlShutdown: a reference taken
-// in the application's copy of the library would change what the application sees (an unbalanced
-// nvmlShutdown would succeed, and a query after its last shutdown would still answer), and an extra
-// nvmlShutdown of the application's would take libslice's reference away. So libslice loads a copy
-// of libnvidia-ml.so.1 of its own, in a link-map namespace of its own (dlmopen, LM_ID_NEWLM), whose
-// count nothing of the application's touches. Where that cannot be loaded, libslice measures nothing
-// through NVML (and says so once, at info), rather than share the application's.
+// libslice's use of NVML, for what it measures for itself (a context's memory, the reconciliation of
+// what the driver holds for this process), through the one NVML the process has: the application's
+// namespace, the same handle SLICE_REAL uses. Never a copy in a link-map namespace of its own
+// (dlmopen): that brings a second C library into the process, whose pthread keys alias the
+// application's and the driver's per-thread slots; on the real driver every Python program then
+// crashed at its first context (issue 22).
+//
+// NVML counts nvmlInit and nvmlShutdown, and the application must see NVML as it would without
+// libslice: a call before its first nvmlInit or after its last nvmlShutdown fails with
+// NVML_ERROR_UNINITIALIZED, and an extra nvmlShutdown of its own cannot take a reference of
+// libslice's. So libslice never keeps a reference the application does not hold:
+// - the application's inits and shutdowns pass through here (nvml_hooks.cpp) and are counted;
+// - where the application holds NVML, libslice looks through it (about 10 us on the H200), under a
+//   lock that the application's nvmlShutdown also takes, so NVML never ends under a look;
+// - where it does not, a look starts NVML and ends it again (about 11 ms the first time in a
+//   process, about 5 ms once a context exists, on the H200): a context's creation is measured so,
+//   and where that start took more than a millisecond, reconciliation looks ten times less often
+//   (nvml_looks_costly);
+// - an nvmlShutdown of the application's beyond its inits is answered NVML_ERROR_UNINITIALIZED
+//   without reaching NVML while a look holds a reference (NVML answers that for a count of zero).
+// What remains visible: while a look holds NVML started (a context's creation, a reconciliation),
+// NVML answers another thread of the application that calls it without nvmlInit; and NVML's
+// first start leaves its own thread, descriptors (close-on-exec) and one pthread key in a process
+// that never used NVML itself, as the driver's own start does.
+// libslice's NVML calls are made from the thread that needs the figure (the application's, at a
+// context's creation): with one C library NVML's per-thread state is its own there, as in any
+// program that uses NVML.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "nvml_api.h"
+
 namespace slice::shim {
 
-// This process's device memory on the GPU with this UUID ("GPU-..."), as NVML reports it (its entry
-// in the running compute processes, 0 when not listed); nullopt where NVML cannot tell: no NVML, no
-// private copy of it, or this process not to be found by its PID (a PID namespace NVML does not see).
-std::optional<std::uint64_t> own_nvml_process_memory(const std::string& uuid);
+// NVML started for libslice's looks from construction to destruction: through the application's
+// reference where it holds one, else through one of libslice's own, taken here and given back at
+// destruction.
+class NvmlLook {
+ public:
+  NvmlLook();
+  ~NvmlLook();
+  NvmlLook(const NvmlLook&) = delete;
+  NvmlLook& operator=(const NvmlLook&) = delete;
+
+  // This process's device memory on the GPU with this UUID ("GPU-..."), as NVML reports it (its
+  // entry in the running compute processes, 0 when not listed); nullopt where NVML cannot tell: no
+  // NVML, NVML does not start, or this process not to be found by its PID (a PID namespace NVML does
+  // not see).
+  std::optional<std::uint64_t> process_memory(const std::string& uuid);
+
+ private:
+  bool own_ref_ = false;  // this look took a reference of libslice's
+};
+
+// True when a look now costs an NVML start and end (the application holds no reference) and the
+// last start took more than a millisecond.
+bool nvml_looks_costly() noexcept;
+
+// The application's nvmlInit, nvmlInit_v2 or nvmlInitWithFlags(flags), and its nvmlShutdown, made
+// and counted as above. NVML_ERROR_LIBRARY_NOT_FOUND where NVML is not installed.
+enum class NvmlInit { v1, v2, with_flags };
+nvmlReturn_t application_nvml_init(NvmlInit which, unsigned int flags) noexcept;
+nvmlReturn_t application_nvml_shutdown() noexcept;
 
 }  // namespace slice::shim

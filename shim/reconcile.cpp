@@ -3,13 +3,15 @@
 #include <algorithm>
 #include <mutex>
 
-#include "own_nvml.h"
+#include "nvml_use.h"
 #include "session.h"
 #include "tenant_file.h"  // monotonic_ns
 
 namespace slice::shim {
 
 bool reconcile(Session& s, int device, std::uint64_t max_age_ns) noexcept {
+  // A look that must start NVML costs milliseconds on a real GPU: then ten times less often.
+  if (nvml_looks_costly()) max_age_ns *= kReconcileCostlyFactor;
   std::atomic<std::uint64_t>& last = s.reconciled_ns[device];
   const std::uint64_t now = monotonic_ns();
   if (last.load(std::memory_order_relaxed) + max_age_ns > now) return false;
@@ -20,7 +22,7 @@ bool reconcile(Session& s, int device, std::uint64_t max_age_ns) noexcept {
   const std::uint64_t old = c.overhead(device);
   // What hooks charged, read before and after the driver's figure (see reconcile.h).
   const std::uint64_t before = c.mine(device) - std::min(c.mine(device), old);
-  const std::optional<std::uint64_t> held = own_nvml_process_memory(s.devices[device].uuid_text);
+  const std::optional<std::uint64_t> held = NvmlLook().process_memory(s.devices[device].uuid_text);
   const std::uint64_t after = c.mine(device) - std::min(c.mine(device), old);
   const std::uint64_t charged = std::max(before, after);
   // Not listed although it holds memory: NVML does not see this process under its own PID.

@@ -6,6 +6,7 @@
 // program sees. Runs under LD_PRELOAD=libslice.so with a 1 GiB cap on an 8 GiB device (CMake sets
 // the environment); each test checks the device's own figures where the cap alone could hide a
 // difference. Each failed against the library before the review's fixes.
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -349,7 +350,7 @@ int open_ipc() {
 }
 
 // The program's NVML references are its own: libslice measured this process's contexts through NVML
-// (300 MiB each here) without taking one of them.
+// (300 MiB each here) without keeping one of them, through the program's NVML (one C library).
 int nvml_balance() {
   unsigned n = 0;
   if (cuInit(0)) return child_fail("init");
@@ -369,6 +370,48 @@ int nvml_balance() {
   if (cuCtxCreate_v2(&more, 0, dev)) return child_fail("cuCtxCreate");
   cuMemGetInfo_v2(&f, &t);
   if (t - f != 600 * kMiB) return child_fail("a context made after the program's shutdowns was not charged");
+  // Where the program holds NVML, libslice looks through its reference; the program's last
+  // shutdown still ends NVML.
+  if (nvmlInit_v2() != NVML_SUCCESS) return child_fail("init");
+  CUcontext third = nullptr;
+  if (cuCtxCreate_v2(&third, 0, dev)) return child_fail("cuCtxCreate");
+  cuMemGetInfo_v2(&f, &t);
+  if (t - f != 900 * kMiB) return child_fail("a context made while the program held NVML was not charged");
+  if (nvmlShutdown() != NVML_SUCCESS) return child_fail("shutdown");
+  if (nvmlDeviceGetCount_v2(&n) != NVML_ERROR_UNINITIALIZED) return child_fail("NVML answered after its last shutdown");
+  // The program's inits and shutdowns on one thread, contexts measured on another: whatever the
+  // order, NVML ends with the program's last shutdown.
+  std::thread contexts([dev] {
+    for (int i = 0; i < 50; ++i) {
+      CUcontext c = nullptr;
+      if (cuCtxCreate_v2(&c, 0, dev) == CUDA_SUCCESS) cuCtxDestroy_v2(c);
+    }
+  });
+  for (int i = 0; i < 200; ++i) {
+    if (nvmlInit_v2() != NVML_SUCCESS) return child_fail("init beside contexts");
+    if (nvmlDeviceGetCount_v2(&n) != NVML_SUCCESS) return child_fail("NVML did not answer between init and shutdown");
+    if (nvmlShutdown() != NVML_SUCCESS) return child_fail("shutdown beside contexts");
+  }
+  contexts.join();
+  if (nvmlDeviceGetCount_v2(&n) != NVML_ERROR_UNINITIALIZED) return child_fail("NVML outlived the program's shutdowns");
+  // A shutdown beyond the program's inits, while libslice looks on another thread, is refused as
+  // NVML refuses it, and takes nothing from the look.
+  std::atomic<bool> done{false};
+  std::thread more_contexts([dev, &done] {
+    for (int i = 0; i < 200; ++i) {
+      CUcontext c = nullptr;
+      if (cuCtxCreate_v2(&c, 0, dev) == CUDA_SUCCESS) cuCtxDestroy_v2(c);
+    }
+    done = true;
+  });
+  int extra = 0;
+  for (; !done; ++extra)
+    if (nvmlShutdown() != NVML_ERROR_UNINITIALIZED) {
+      more_contexts.join();
+      return child_fail("a shutdown beyond the program's inits succeeded while libslice looked");
+    }
+  more_contexts.join();
+  std::printf("%d extra shutdowns refused\n", extra);
   std::printf("balanced\n");
   return 0;
 }
