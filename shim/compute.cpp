@@ -1,5 +1,6 @@
 #include "compute.h"
 
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <time.h>
 
@@ -10,6 +11,7 @@
 #include "capture.h"
 #include "awake_bell.h"
 #include "compute_board.h"
+#include "keep_errno.h"
 #include "crash_handler.h"
 #include "futex.h"
 #include "coordinator_layout.h"
@@ -223,6 +225,8 @@ void Compute::stop() {
 }
 
 void Compute::run() {
+  // Named, so that whoever lists the process's threads (top -H, a debugger) sees whose it is.
+  pthread_setname_np(pthread_self(), "slice-watcher");
   load_crash_unwinder();  // off the start-up path: see crash_handler.h
   // Its sleeps end when the device changes hands: the kernel's default timer slack (50 us) would
   // add that much idle device time to every hand-over. This thread is ours to set.
@@ -596,6 +600,7 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
     return lane.since_drain.load(std::memory_order_relaxed) >= lane.budget.load(std::memory_order_relaxed);
   };
   if (!lane.open.load(std::memory_order_acquire) || over_budget()) {
+    const KeepErrno keep;  // futex waits and timer slack: the program's errno is the driver's
     // The first thread to wait wakes the watcher: at a closed gate, it publishes that this tenant
     // wants the device; at an open one (its queue refills), it decides again, so that a turn ends
     // at a refill rather than a queue later. (Deciding only when a decision is due, every 5 ms,

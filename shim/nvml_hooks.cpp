@@ -13,6 +13,7 @@
 #include "around.h"
 #include "coordinator_view.h"
 #include "hook_support.h"
+#include "keep_errno.h"
 #include "limits_text.h"
 #include "log.h"
 #include "memory_report.h"
@@ -57,6 +58,7 @@ OutsideView outside_view(const Config& config, const std::string& uuid, std::uin
 
 // Which slice applies to an NVML device. false: report the device's own figures.
 bool slice_for(nvmlDevice_t device, std::uint64_t total, std::uint64_t free, SliceMemory& out) {
+  const KeepErrno keep;  // the coordinator's files are read for a process that is not a member
   const std::string uuid = uuid_of(device);
   if (uuid.empty()) return false;
   if (Session* s = current_session()) {
@@ -73,6 +75,7 @@ bool slice_for(nvmlDevice_t device, std::uint64_t total, std::uint64_t free, Sli
 }
 
 std::vector<std::int32_t> tenant_pids() {
+  const KeepErrno keep;
   if (Session* s = current_session()) return s->coordinator->live_pids();
   const Config* config = session_config();
   if (config == nullptr || config->tenant.empty()) return {};

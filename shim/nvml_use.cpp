@@ -8,6 +8,7 @@
 #include <new>
 #include <vector>
 
+#include "keep_errno.h"
 #include "log.h"
 #include "shim.h"
 #include "tenant_file.h"  // monotonic_ns
@@ -44,6 +45,7 @@ NvmlState& state() {
 }  // namespace
 
 NvmlLook::NvmlLook() {
+  const KeepErrno keep;
   NvmlState& n = state();
   std::lock_guard<std::mutex> lock(n.mu);
   if (n.application_refs > 0 || n.unavailable) return;
@@ -64,6 +66,7 @@ NvmlLook::NvmlLook() {
 
 NvmlLook::~NvmlLook() {
   if (!own_ref_) return;
+  const KeepErrno keep;
   NvmlState& n = state();
   std::lock_guard<std::mutex> lock(n.mu);
   SLICE_REAL(nvmlShutdown)();
@@ -71,6 +74,7 @@ NvmlLook::~NvmlLook() {
 }
 
 std::optional<std::uint64_t> NvmlLook::process_memory(const std::string& uuid) {
+  const KeepErrno keep;
   NvmlState& n = state();
   std::lock_guard<std::mutex> lock(n.mu);                         // the application's nvmlShutdown waits for the look
   if (!own_ref_ && n.application_refs == 0) return std::nullopt;  // NVML is not started

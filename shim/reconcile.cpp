@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "keep_errno.h"
 #include "nvml_use.h"
 #include "session.h"
 #include "tenant_file.h"  // monotonic_ns
@@ -12,6 +13,7 @@ namespace slice::shim {
 bool reconcile(Session& s, int device, std::uint64_t max_age_ns) noexcept {
   // A look that must start NVML costs milliseconds on a real GPU: then ten times less often.
   if (nvml_looks_costly()) max_age_ns *= kReconcileCostlyFactor;
+  const KeepErrno keep;
   std::atomic<std::uint64_t>& last = s.reconciled_ns[device];
   const std::uint64_t now = monotonic_ns();
   if (last.load(std::memory_order_relaxed) + max_age_ns > now) return false;

@@ -16,6 +16,7 @@
 #include "coordinator_layout.h"
 #include "compute.h"
 #include "crash_handler.h"
+#include "keep_errno.h"
 #include "limits_text.h"
 #include "log.h"
 #include "policy.h"
@@ -197,6 +198,7 @@ bool disabled() noexcept {
 }
 
 CUresult start_session() noexcept {
+  const KeepErrno keep;  // files opened, created, locked and mapped: none of the program's business
   std::lock_guard<std::mutex> lock(g_start_mu);
   switch (g_state.load()) {
     case SessionState::running:
@@ -276,6 +278,7 @@ CUresult start_session() noexcept {
 }
 
 Session* detail::start_running_session(bool& failed) noexcept {
+  const KeepErrno keep;
   SessionState state = g_state.load(std::memory_order_acquire);
   if (state == SessionState::fresh) {
     // The application initialised the driver without our cuInit (or not at all: then the driver
@@ -342,6 +345,7 @@ CurrentContext launch_context(const Session& s) noexcept {
 }
 
 bool charge_after_refusal(Session& s, int device, std::uint64_t bytes, const char* what, Refusal& why) {
+  const KeepErrno keep;
   // Pools may have given memory back at a synchronisation since we last looked, and the driver may
   // hold less beyond the charges than it did (shim/reconcile.h).
   if (settle_pools(s, device) && s.coordinator->reserve(device, bytes, &why)) return true;

@@ -126,6 +126,12 @@ int destination_fd() noexcept { return g_fd.load(std::memory_order_relaxed); }
 
 void write(LogLevel level, std::string_view message) noexcept {
   if (!enabled(level)) return;
+  // A line written from inside a program's CUDA call leaves its errno as it was.
+  const int saved_errno = errno;
+  struct Restore {
+    int value;
+    ~Restore() { errno = value; }
+  } restore{saved_errno};
   try {
     Logging& l = logging();
     std::vector<RepeatSummary> due;
