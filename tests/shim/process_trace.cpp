@@ -6,9 +6,9 @@
 //   process_trace            the steps; one line per observation: STEP<TAB>WHAT<TAB>VALUE
 //   process_trace --fds      the descriptors it was given (for the exec step)
 //
-// Steps: start, cuInit, context, allocation (64 MiB), refusal (a request past the test's cap: it
-// succeeds without libslice), reconciliation (cuMemGetInfo), launch (a kernel, synchronised), nvml
-// (the program's own nvmlInit/nvmlShutdown), then fork (a child that exits, and one that calls the
+// Steps: start, cuInit, context, allocation (64 MiB), refusal (a request past the test's cap,
+// PROCESS_TRACE_LARGE_MIB, default 512: it succeeds without libslice), reconciliation (cuMemGetInfo), launch (a kernel,
+// synchronised), nvml (the program's own nvmlInit/nvmlShutdown), then fork (a child that exits, and one that calls the
 // driver), exec (what a child program inherits) and faults (the program's own SIGSEGV handler).
 #include <dirent.h>
 #include <dlfcn.h>
@@ -333,7 +333,9 @@ int main(int argc, char** argv) {
   snapshot("allocation");
 
   // Past the test's cap (SLICE_MEMORY_LIMIT): refused under libslice, granted without it.
-  call("refusal", "cuMemAlloc_v2", [&] { return cuMemAlloc(&large, 512 * kMiB); });
+  const char* large_mib = std::getenv("PROCESS_TRACE_LARGE_MIB");
+  const unsigned long long large_bytes = (large_mib != nullptr ? std::strtoull(large_mib, nullptr, 10) : 512) * kMiB;
+  call("refusal", "cuMemAlloc_v2", [&] { return cuMemAlloc(&large, large_bytes); });
   snapshot("refusal");
   if (large != 0) cuMemFree(large);
 

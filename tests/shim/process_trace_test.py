@@ -4,22 +4,29 @@ simulated GPU without libslice and with it (a 256 MiB cap), and compares. Every 
 one of those listed here, with its reason; some things must hold whatever the comparison says (one
 C library, the program's pthread keys untouched, nothing inherited by a child).
 
-  process_trace_test.py PROCESS_TRACE LIBSLICE SIMGPU_DIR"""
+  process_trace_test.py PROCESS_TRACE LIBSLICE DRIVER_DIR [CAP LARGE_MIB]
+
+DRIVER_DIR goes on LD_LIBRARY_PATH: the simulated GPU's folder here; on a real GPU (tests/gpu/run.sh)
+the driver's, with a cap that fits a real context (CAP, default 256Mi) and a request past it
+(LARGE_MIB, default 512)."""
 import os
 import subprocess
 import sys
 
-probe, libslice, simgpu = sys.argv[1:4]
+probe, libslice, driver_dir = sys.argv[1:4]
+cap = sys.argv[4] if len(sys.argv) > 4 else "256Mi"
+large_mib = sys.argv[5] if len(sys.argv) > 5 else "512"
 STEPS = ["start", "cuInit", "context", "allocation", "refusal", "reconciliation", "launch", "nvml", "end"]
 failures = []
 
 
 def run(preload):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLICE_") or k in ("SLICE_COORDINATOR_DIR",)}
-    env["LD_LIBRARY_PATH"] = simgpu
+    env["LD_LIBRARY_PATH"] = driver_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    env["PROCESS_TRACE_LARGE_MIB"] = large_mib
     env.pop("LD_PRELOAD", None)
     if preload:
-        env.update(LD_PRELOAD=libslice, SLICE_MEMORY_LIMIT="256Mi", SLICE_TENANT="trace")
+        env.update(LD_PRELOAD=libslice, SLICE_MEMORY_LIMIT=cap, SLICE_TENANT="trace")
     out = subprocess.run([probe], env=env, capture_output=True, text=True, timeout=120)
     if out.returncode != 0:
         failures.append(f"process_trace {'with' if preload else 'without'} libslice exited {out.returncode}: "
@@ -55,6 +62,11 @@ def objects(seen, step):
     return set(seen.get((step, "objects"), "").split())
 
 
+def nvml_by_libslice(step):
+    """NVML is in the process only because libslice measured a context through it."""
+    return "libnvidia-ml.so.1" in objects(with_, step) - objects(without, step)
+
+
 # The documented differences (docs/ARCHITECTURE.md, "What libslice leaves in a process"), each with
 # the rows it explains: step -> what -> why.
 def explained(step, what, a, b):
@@ -67,7 +79,7 @@ def explained(step, what, a, b):
     if what == "next key":
         # Keys NVML made when libslice loaded it (libslice itself makes none): only while NVML is
         # in the process because of libslice.
-        return "libnvidia-ml.so.1" in objects(with_, step) - objects(without, step)
+        return nvml_by_libslice(step)
     if what == "descriptors":
         return True  # the coordinator's files; none inheritable (checked below)
     if what == "environment":
@@ -75,10 +87,20 @@ def explained(step, what, a, b):
         # the cap are this test's own.
         return set(a.split()) ^ set(b.split()) <= {"SLICE_TENANT", "LD_PRELOAD", "SLICE_MEMORY_LIMIT"}
     if what == "threads":
-        # libslice's compute watcher, named, from the first launch on.
+        # libslice's compute watcher, named, from the first launch on; and on a real GPU the thread
+        # NVML starts with itself, while NVML is there only because of libslice.
         names_with, names_without = b.split(":", 1)[1].split(), a.split(":", 1)[1].split()
         late = step in STEPS and STEPS.index(step) >= STEPS.index("launch")
-        return late and sorted(names_without + ["slice-watcher"]) == sorted(names_with)
+        extra = list(names_with)
+        for name in names_without:
+            if name not in extra:
+                return False
+            extra.remove(name)
+        if late:
+            if "slice-watcher" not in extra:
+                return False
+            extra.remove("slice-watcher")
+        return not extra or nvml_by_libslice(step)
     if step == "refusal" and what == "result of cuMemAlloc_v2":
         return True  # the cap
     return False
