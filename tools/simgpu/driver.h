@@ -208,13 +208,18 @@ Driver& driver();
 void report_destroyed_use(const char* function, const void* handle);
 
 // --- helpers shared by the API files (g.mu must NOT be held unless the name says so) ---
-CUresult ensure_initialized();  // CUDA_ERROR_NOT_INITIALIZED before cuInit
+// CUDA_ERROR_NOT_INITIALIZED before cuInit. Every entry point calls it first; it also reads back
+// this thread's pthread keys (drv_thread.h), reporting a key that another library overwrote as a
+// breach by `function`.
+CUresult ensure_initialized(const char* function = __builtin_FUNCTION());
 // A host function (cuLaunchHostFunc, cuStreamAddCallback, a graph's host node) runs as
 // run_host_function(fn): the driver forbids CUDA calls inside one, and ensure_initialized then
 // reports the call (violations.h) and answers CUDA_ERROR_NOT_PERMITTED.
 void run_host_function(const std::function<void()>& fn);
-CUresult current_context(Context** out);         // CUDA_ERROR_INVALID_CONTEXT when none
-CUresult current_context_locked(Context** out);  // the same with g.mu held (and cuInit done)
+// CUDA_ERROR_INVALID_CONTEXT when none; `function`: the entry point, for reports (drv_thread.h).
+CUresult current_context(Context** out, const char* function = __builtin_FUNCTION());
+// The same with g.mu held (and cuInit done).
+CUresult current_context_locked(Context** out, const char* function = __builtin_FUNCTION());
 // A handle the application hands in: live and of kind T. One that was destroyed (and whose address
 // no new object took since) is also reported as a violation: on the real driver its use is undefined.
 template <class T>
@@ -261,9 +266,12 @@ CUdevice ordinal_of(int physical);  // the ordinal of a physical device; -1 when
 CUresult unsafe_call_check(const char* function);
 
 // Streams: resolves 0, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD for the current context.
-CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out);
-CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream** out);  // g.mu held
-void enqueue_locked(Stream* s, Op op);                                                   // g.mu held
+// `function`: the entry point, for reports (drv_thread.h).
+CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out,
+                        const char* function = __builtin_FUNCTION());
+CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream** out,  // g.mu held
+                               const char* function = __builtin_FUNCTION());
+void enqueue_locked(Stream* s, Op op);  // g.mu held
 void enqueue(Stream* s, Op op);
 // `function`: the API call that synchronises, for the capture rules (capture.h); a context
 // synchronisation the driver does for itself (at a destroy or a free) passes nullptr.

@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <set>
 
+#include "drv_thread.h"
+
 namespace simgpu {
 
 namespace {
-
-thread_local CUstreamCaptureMode t_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 const char* mode_name(CUstreamCaptureMode m) {
   return m == CU_STREAM_CAPTURE_MODE_GLOBAL         ? "global"
@@ -79,19 +79,20 @@ CUresult capture_submit_check_locked(Stream* s, const char* function) {
 }
 
 CUresult capture_unsafe_check_locked(const char* function) {
-  if (t_mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
+  const CUstreamCaptureMode mode = thread_calls(function).capture_mode;
+  if (mode == CU_STREAM_CAPTURE_MODE_RELAXED) return CUDA_SUCCESS;
   const std::thread::id self = std::this_thread::get_id();
   std::vector<Capture*> conflicts;
   for (Capture* c : driver().captures) {
     const bool own = c->thread == self && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
     const bool others_global =
-        c->thread != self && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && t_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+        c->thread != self && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL && mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
     if (own || others_global) conflicts.push_back(c);
   }
   if (conflicts.empty()) return CUDA_SUCCESS;
   const bool own = conflicts.front()->thread == self;
   for (Capture* c : conflicts) invalidate_locked(c);
-  report_violation(function, std::string("a potentially unsafe call by a thread in the ") + mode_name(t_mode) +
+  report_violation(function, std::string("a potentially unsafe call by a thread in the ") + mode_name(mode) +
                                  " capture mode while " +
                                  (own ? "it was capturing itself" : "another thread was capturing in the global mode"));
   return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -342,8 +343,9 @@ CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
   if (next != CU_STREAM_CAPTURE_MODE_GLOBAL && next != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
       next != CU_STREAM_CAPTURE_MODE_RELAXED)
     return CUDA_ERROR_INVALID_VALUE;
-  *mode = t_mode;
-  t_mode = next;
+  CUstreamCaptureMode& current = thread_calls().capture_mode;
+  *mode = current;
+  current = next;
   return CUDA_SUCCESS;
 }
 

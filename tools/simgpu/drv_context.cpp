@@ -2,12 +2,11 @@
 #include <vector>
 
 #include "driver.h"
+#include "drv_thread.h"
 
 namespace simgpu {
 
 namespace {
-thread_local std::vector<Context*> t_stack;
-
 // Defaults of the limits that take device memory, and the threads that each have a stack.
 constexpr std::size_t kDefaultStack = 1024, kDefaultPrintfFifo = 1 << 20, kDefaultHeap = 8 << 20;
 constexpr std::uint64_t kResidentThreads = 128 * 1536;  // multiprocessors x threads per multiprocessor
@@ -27,15 +26,16 @@ CUresult checked_context_locked(Context* c, const char* function = __builtin_FUN
 }
 }  // namespace
 
-CUresult current_context(Context** out) {
-  if (CUresult r = ensure_initialized()) return r;
+CUresult current_context(Context** out, const char* function) {
+  if (CUresult r = ensure_initialized(function)) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
-  return current_context_locked(out);
+  return current_context_locked(out, function);
 }
 
-CUresult current_context_locked(Context** out) {
-  if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  Context* c = t_stack.back();
+CUresult current_context_locked(Context** out, const char* function) {
+  const std::vector<Context*>& stack = thread_contexts(function).contexts;
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = stack.back();
   // Only live contexts are ever pushed, so a dead one here was destroyed (by cuCtxDestroy on another
   // thread) while current to this thread: the driver documents CONTEXT_IS_DESTROYED for that case.
   if (!is_live_quiet_locked(c)) return CUDA_ERROR_CONTEXT_IS_DESTROYED;
@@ -96,9 +96,7 @@ void destroy_context_locked(Context* c) {
   for (Stream* s : std::vector<Stream*>(c->streams)) destroy_stream_locked(s);
   if (c->charged) g.machine->uncharge(c->device, c->charged);
   c->charged = 0;
-  for (auto& t : t_stack)
-    if (t == c) t = nullptr;
-  std::erase(t_stack, nullptr);
+  std::erase(thread_contexts().contexts, c);
 }
 
 }  // namespace simgpu
@@ -216,8 +214,9 @@ CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 
-static CUresult create_and_push(CUcontext* pctx, unsigned flags, CUdevice dev) {
-  if (CUresult r = ensure_initialized()) return r;
+static CUresult create_and_push(CUcontext* pctx, unsigned flags, CUdevice dev,
+                                const char* function = __builtin_FUNCTION()) {
+  if (CUresult r = ensure_initialized(function)) return r;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   dev = physical_device(dev);  // numbered physically from here on
@@ -225,7 +224,7 @@ static CUresult create_and_push(CUcontext* pctx, unsigned flags, CUdevice dev) {
   Context* c = nullptr;
   if (CUresult r = create_context(dev, flags, false, &c)) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
-  t_stack.push_back(c);
+  thread_contexts(function).contexts.push_back(c);
   *pctx = reinterpret_cast<CUcontext>(c);
   return CUDA_SUCCESS;
 }
@@ -265,16 +264,17 @@ CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* c = reinterpret_cast<Context*>(ctx);
   if (CUresult r = checked_context_locked(c)) return r;
-  t_stack.push_back(c);
+  thread_contexts().contexts.push_back(c);
   return CUDA_SUCCESS;
 }
 
 CUresult cuCtxPopCurrent_v2(CUcontext* pctx) {
   if (CUresult r = ensure_initialized()) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
-  if (t_stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
-  Context* c = t_stack.back();
-  t_stack.pop_back();
+  std::vector<Context*>& stack = thread_contexts().contexts;
+  if (stack.empty()) return CUDA_ERROR_INVALID_CONTEXT;
+  Context* c = stack.back();
+  stack.pop_back();
   if (pctx) *pctx = reinterpret_cast<CUcontext>(c);
   return CUDA_SUCCESS;
 }
@@ -283,15 +283,16 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
   if (CUresult r = ensure_initialized()) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
   auto* c = reinterpret_cast<Context*>(ctx);
+  std::vector<Context*>& stack = thread_contexts().contexts;
   if (!c) {
-    if (!t_stack.empty()) t_stack.pop_back();
+    if (!stack.empty()) stack.pop_back();
     return CUDA_SUCCESS;
   }
   if (CUresult r = checked_context_locked(c)) return r;
-  if (t_stack.empty())
-    t_stack.push_back(c);
+  if (stack.empty())
+    stack.push_back(c);
   else
-    t_stack.back() = c;
+    stack.back() = c;
   return CUDA_SUCCESS;
 }
 
@@ -299,7 +300,8 @@ CUresult cuCtxGetCurrent(CUcontext* pctx) {
   if (CUresult r = ensure_initialized()) return r;
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lk(driver().mu);
-  *pctx = t_stack.empty() ? nullptr : reinterpret_cast<CUcontext>(t_stack.back());
+  const std::vector<Context*>& stack = thread_contexts().contexts;
+  *pctx = stack.empty() ? nullptr : reinterpret_cast<CUcontext>(stack.back());
   return CUDA_SUCCESS;
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "driver.h"
+#include "drv_thread.h"
 #include "violations.h"
 #include "sim_identity.h"
 #include "visible_devices.h"
@@ -58,19 +59,16 @@ CUdevice ordinal_of(int physical) {
   return -1;
 }
 
-namespace {
-thread_local bool t_in_host_function = false;  // this thread runs an application's host function
-}  // namespace
-
 void run_host_function(const std::function<void()>& fn) {
-  t_in_host_function = true;
+  thread_calls().in_host_function = true;
   fn();
-  t_in_host_function = false;
+  thread_calls().in_host_function = false;
 }
 
-CUresult ensure_initialized() {
-  if (t_in_host_function) {
-    report_violation("a CUDA call", "made inside a host function, which the driver forbids");
+CUresult ensure_initialized(const char* function) {
+  const ThreadCalls* calls = check_thread_keys(function);
+  if (calls && calls->in_host_function) {
+    report_violation(function, "made inside a host function, which the driver forbids");
     return CUDA_ERROR_NOT_PERMITTED;
   }
   Driver& g = driver();

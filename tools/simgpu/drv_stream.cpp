@@ -1,27 +1,18 @@
 // Streams, events, host functions and stream callbacks.
 #include <algorithm>
-#include <unordered_map>
 
 #include "capture.h"
+#include "drv_thread.h"
 
 namespace simgpu {
 
-namespace {
-// The per-thread default stream of each context, created on first use by this thread.
-struct PerThreadStream {
-  Stream* stream = nullptr;
-  std::uint64_t id = 0;  // the stream's id when it was made, to recognise it
-};
-thread_local std::unordered_map<Context*, PerThreadStream> t_per_thread_streams;
-}  // namespace
-
-CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out) {
-  if (CUresult r = ensure_initialized()) return r;
+CUresult resolve_stream(CUstream handle, bool per_thread_default, Stream** out, const char* function) {
+  if (CUresult r = ensure_initialized(function)) return r;
   std::lock_guard<std::mutex> lk(driver().mu);
-  return resolve_stream_locked(handle, per_thread_default, out);
+  return resolve_stream_locked(handle, per_thread_default, out, function);
 }
 
-CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream** out) {
+CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream** out, const char* function) {
   // A created stream names its context itself: no current context is needed (another thread may
   // end a relaxed capture, or query, with none).
   const bool default_stream = handle == nullptr || handle == CU_STREAM_LEGACY || handle == CU_STREAM_PER_THREAD;
@@ -32,10 +23,10 @@ CUresult resolve_stream_locked(CUstream handle, bool per_thread_default, Stream*
     return CUDA_SUCCESS;
   }
   Context* c = nullptr;
-  if (CUresult r = current_context_locked(&c)) return r;
+  if (CUresult r = current_context_locked(&c, function)) return r;
   Driver& g = driver();
   if (handle == CU_STREAM_PER_THREAD || (handle == nullptr && per_thread_default)) {
-    PerThreadStream& pt = t_per_thread_streams[c];
+    PerThreadStream& pt = thread_streams(function).by_context[c];
     // The remembered stream is destroyed with its context (a primary context that is released and
     // retained again keeps its address), and its memory may then hold another object, even another
     // live handle: is_live() cannot tell. Only a stream still listed in the context, with the id

@@ -11,6 +11,7 @@
 
 #include "machine_state.h"
 #include "nvml_subset.h"
+#include "nvml_thread.h"
 #include "sim_identity.h"
 
 struct nvmlDevice_st {
@@ -44,14 +45,17 @@ nvmlReturn_t attach_locked() {
 // query about it. Tests make one lost by creating the marker file (and bring it back by removing it).
 bool lost(int index) { return ::access((g_lost_marker_prefix + std::to_string(index)).c_str(), F_OK) == 0; }
 
-nvmlReturn_t ready() {
+// Every query starts here or in device_index: `function` is the exported function (nvml_thread.h).
+nvmlReturn_t ready(const char* function = __builtin_FUNCTION()) {
+  simgpu::nvml_thread_call(function);
   std::lock_guard<std::mutex> lk(g_mu);
   return g_init_count > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
 }
 
-nvmlReturn_t device_index(nvmlDevice_t d, int* index) {
-  if (nvmlReturn_t r = ready()) return r;
+nvmlReturn_t device_index(nvmlDevice_t d, int* index, const char* function = __builtin_FUNCTION()) {
+  if (nvmlReturn_t r = ready(function)) return r;
   if (!d || d < g_devices || d >= g_devices + g_machine->device_count()) return NVML_ERROR_INVALID_ARGUMENT;
+  simgpu::nvml_thread_device(function, d->index);
   if (lost(d->index)) return NVML_ERROR_GPU_IS_LOST;
   *index = d->index;
   return NVML_SUCCESS;
@@ -76,9 +80,10 @@ void memory_of(int dev, unsigned long long& total, unsigned long long& free_byte
 // Processes with memory or work on the device, as nvidia-smi lists compute processes.
 // Info: nvmlProcessInfo_v1_t, nvmlProcessInfo_t (v2 and v3) or nvmlProcessDetail_v1_t.
 template <class Info>
-nvmlReturn_t running_processes(nvmlDevice_t d, unsigned int* count, Info* infos) {
+nvmlReturn_t running_processes(nvmlDevice_t d, unsigned int* count, Info* infos,
+                               const char* function = __builtin_FUNCTION()) {
   int dev = 0;
-  if (nvmlReturn_t r = device_index(d, &dev)) return r;
+  if (nvmlReturn_t r = device_index(d, &dev, function)) return r;
   if (!count) return NVML_ERROR_INVALID_ARGUMENT;
   g_machine->reap_dead_slots();
   unsigned n = 0;
@@ -111,20 +116,24 @@ unsigned percent(std::uint64_t busy_ns, std::uint64_t window_ns) {
   return static_cast<unsigned>(std::min<std::uint64_t>(100, (busy_ns * 100 + window_ns / 2) / window_ns));
 }
 
-}  // namespace
-
-extern "C" {
-
-__attribute__((visibility("default"))) nvmlReturn_t nvmlInitWithFlags(unsigned int) {
+nvmlReturn_t init(const char* function = __builtin_FUNCTION()) {
+  simgpu::nvml_thread_call(function);
   std::lock_guard<std::mutex> lk(g_mu);
   if (nvmlReturn_t r = attach_locked()) return r;
   ++g_init_count;
   return NVML_SUCCESS;
 }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() { return nvmlInitWithFlags(0); }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlInit() { return nvmlInitWithFlags(0); }
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlInitWithFlags(unsigned int) { return init(); }
+__attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() { return init(); }
+__attribute__((visibility("default"))) nvmlReturn_t nvmlInit() { return init(); }
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown() {
+  simgpu::nvml_thread_call(__func__);
   std::lock_guard<std::mutex> lk(g_mu);
   if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED;
   --g_init_count;
@@ -132,6 +141,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown() {
 }
 
 __attribute__((visibility("default"))) const char* nvmlErrorString(nvmlReturn_t r) {
+  simgpu::nvml_thread_call(__func__);
   switch (r) {
     case NVML_SUCCESS:
       return "Success";
@@ -165,9 +175,11 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlSystemGetDriverVersion(c
   return copy_string("580.65.06", v, n);
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlSystemGetNVMLVersion(char* v, unsigned int n) {
+  simgpu::nvml_thread_call(__func__);
   return copy_string("13.580.65.06", v, n);
 }
 __attribute__((visibility("default"))) nvmlReturn_t nvmlSystemGetCudaDriverVersion(int* v) {
+  simgpu::nvml_thread_call(__func__);
   if (!v) return NVML_ERROR_INVALID_ARGUMENT;
   *v = 13000;
   return NVML_SUCCESS;

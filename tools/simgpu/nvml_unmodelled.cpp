@@ -16,6 +16,7 @@
 #include <string>
 
 #include "nvml_subset.h"
+#include "nvml_thread.h"
 #include "sim_identity.h"
 
 // Defined in nvml.cpp (exported; -Bsymbolic-functions binds these calls to the simulator's own).
@@ -36,10 +37,20 @@ static_assert(sizeof(nvmlProcessDetail_v1_t) == 32 && sizeof(nvmlProcessDetailLi
 
 namespace {
 
-// NVML_SUCCESS with the device's index, or why the handle cannot be used.
-nvmlReturn_t check(nvmlDevice_t d, int* dev = nullptr) {
+// A device handle as the exported function passed it, with that function's name: the conversion
+// from nvmlDevice_t happens in the exported function, so __builtin_FUNCTION() names it there.
+struct Device {
+  Device(nvmlDevice_t handle, const char* function = __builtin_FUNCTION()) : handle(handle), function(function) {}
+  nvmlDevice_t handle;
+  const char* function;
+};
+
+// NVML_SUCCESS with the device's index, or why the handle cannot be used. Every query about a device
+// starts here, and counts as a call of the exported function (nvml_thread.h).
+nvmlReturn_t check(Device d, int* dev = nullptr) {
+  simgpu::nvml_thread_call(d.function);
   unsigned i = 0;
-  const nvmlReturn_t r = nvmlDeviceGetIndex(d, &i);
+  const nvmlReturn_t r = nvmlDeviceGetIndex(d.handle, &i);
   if (dev) *dev = static_cast<int>(i);
   return r;
 }
@@ -47,7 +58,7 @@ nvmlReturn_t check(nvmlDevice_t d, int* dev = nullptr) {
 // A query of something the simulated card does not have: the documented argument checks, then
 // NVML_ERROR_NOT_SUPPORTED.
 template <class... Out>
-nvmlReturn_t unsupported(nvmlDevice_t d, Out*... out) {
+nvmlReturn_t unsupported(Device d, Out*... out) {
   if (nvmlReturn_t r = check(d)) return r;
   if ((!out || ...)) return NVML_ERROR_INVALID_ARGUMENT;
   return NVML_ERROR_NOT_SUPPORTED;
@@ -55,7 +66,7 @@ nvmlReturn_t unsupported(nvmlDevice_t d, Out*... out) {
 
 // A query with one fixed answer.
 template <class T>
-nvmlReturn_t answer(nvmlDevice_t d, T* out, T value) {
+nvmlReturn_t answer(Device d, T* out, T value) {
   if (nvmlReturn_t r = check(d)) return r;
   if (!out) return NVML_ERROR_INVALID_ARGUMENT;
   *out = value;
@@ -63,7 +74,7 @@ nvmlReturn_t answer(nvmlDevice_t d, T* out, T value) {
 }
 
 // A CUdevice_attribute of the simulated card, as the driver reports it.
-nvmlReturn_t attribute(nvmlDevice_t d, unsigned* out, CUdevice_attribute a, int divisor = 1) {
+nvmlReturn_t attribute(Device d, unsigned* out, CUdevice_attribute a, int divisor = 1) {
   int dev = 0;
   if (nvmlReturn_t r = check(d, &dev)) return r;
   if (!out) return NVML_ERROR_INVALID_ARGUMENT;
@@ -74,7 +85,7 @@ nvmlReturn_t attribute(nvmlDevice_t d, unsigned* out, CUdevice_attribute a, int 
 // Clocks in MHz: the graphics and SM clocks are the driver's clock rate, the memory clock its memory
 // clock rate (both kHz there). The card runs at them all the time (performance state P0), so the
 // current clocks are the maximum ones. No video engine.
-nvmlReturn_t clock(nvmlDevice_t d, nvmlClockType_t type, unsigned* mhz) {
+nvmlReturn_t clock(Device d, nvmlClockType_t type, unsigned* mhz) {
   if (type == NVML_CLOCK_GRAPHICS || type == NVML_CLOCK_SM)
     return attribute(d, mhz, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, 1000);
   if (type == NVML_CLOCK_MEM) return attribute(d, mhz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, 1000);
@@ -83,7 +94,7 @@ nvmlReturn_t clock(nvmlDevice_t d, nvmlClockType_t type, unsigned* mhz) {
   return NVML_ERROR_NOT_SUPPORTED;
 }
 
-nvmlReturn_t unsupported_clock(nvmlDevice_t d, nvmlClockType_t type, unsigned* mhz) {
+nvmlReturn_t unsupported_clock(Device d, nvmlClockType_t type, unsigned* mhz) {
   if (nvmlReturn_t r = check(d)) return r;
   if (!mhz || static_cast<unsigned>(type) >= NVML_CLOCK_COUNT) return NVML_ERROR_INVALID_ARGUMENT;
   return NVML_ERROR_NOT_SUPPORTED;
@@ -330,6 +341,7 @@ SIM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count,
 // ---- More ways to find a device ------------------------------------------------------------------
 
 SIM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t* uuid, nvmlDevice_t* d) {
+  simgpu::nvml_thread_call(__func__);
   unsigned n = 0;
   if (nvmlReturn_t r = nvmlDeviceGetCount_v2(&n)) return r;
   if (!uuid || !d) return NVML_ERROR_INVALID_ARGUMENT;
@@ -348,6 +360,7 @@ SIM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleByUUIDV(const nvmlUUID_t* uuid, 
 }
 // Simulated boards have no serial number, so none matches.
 SIM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleBySerial(const char* serial, nvmlDevice_t* d) {
+  simgpu::nvml_thread_call(__func__);
   unsigned n = 0;
   if (nvmlReturn_t r = nvmlDeviceGetCount_v2(&n)) return r;
   if (!serial || !d) return NVML_ERROR_INVALID_ARGUMENT;
@@ -357,6 +370,7 @@ SIM_NVML_EXPORT nvmlReturn_t nvmlDeviceGetHandleBySerial(const char* serial, nvm
 // ---- System --------------------------------------------------------------------------------------
 
 SIM_NVML_EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char* name, unsigned int length) {
+  simgpu::nvml_thread_call(__func__);
   unsigned n = 0;
   if (nvmlReturn_t r = nvmlDeviceGetCount_v2(&n)) return r;
   if (!name || length == 0) return NVML_ERROR_INVALID_ARGUMENT;
@@ -369,11 +383,13 @@ SIM_NVML_EXPORT nvmlReturn_t nvmlSystemGetProcessName(unsigned int pid, char* na
 }
 // No GPUs are excluded, and no S-class units exist.
 SIM_NVML_EXPORT nvmlReturn_t nvmlGetExcludedDeviceCount(unsigned int* count) {
+  simgpu::nvml_thread_call(__func__);
   if (!count) return NVML_ERROR_INVALID_ARGUMENT;
   *count = 0;
   return NVML_SUCCESS;
 }
 SIM_NVML_EXPORT nvmlReturn_t nvmlUnitGetCount(unsigned int* count) {
+  simgpu::nvml_thread_call(__func__);
   unsigned n = 0;
   if (nvmlReturn_t r = nvmlDeviceGetCount_v2(&n)) return r;
   if (!count) return NVML_ERROR_INVALID_ARGUMENT;

@@ -2,8 +2,9 @@
 # Programs run with that folder on LD_LIBRARY_PATH see simulated devices (ARCHITECTURE.md part A).
 set(SIMGPU_LIB_DIR ${CMAKE_BINARY_DIR}/simgpu CACHE INTERNAL "folder of the simulated driver")
 
-# The machine state and device identity, shared by the driver, NVML and simgpu-stat.
-add_library(simgpu_common STATIC machine_state.cpp sim_identity.cpp visible_devices.cpp)
+# The machine state and device identity, shared by the driver, NVML and simgpu-stat; and, for the
+# driver and NVML, the reports of breaches and the per-thread state in pthread keys (thread_keys.h).
+add_library(simgpu_common STATIC machine_state.cpp sim_identity.cpp thread_keys.cpp violations.cpp visible_devices.cpp)
 target_include_directories(simgpu_common PUBLIC ${CMAKE_CURRENT_SOURCE_DIR} ${CUDA_DRIVER_INCLUDE_DIR})
 target_link_libraries(simgpu_common PUBLIC Threads::Threads)
 
@@ -20,7 +21,7 @@ add_custom_command(
 add_library(simgpu_cuda SHARED
   cuda_errors.cpp device_arena.cpp device_runner.cpp drv_array.cpp drv_capture.cpp drv_context.cpp drv_copy.cpp drv_device.cpp
   drv_graph_memory.cpp drv_ipc.cpp drv_launch.cpp drv_managed.cpp drv_memory.cpp drv_module.cpp drv_pool.cpp drv_procaddr.cpp drv_stream.cpp
-  drv_vmm.cpp executor.cpp export_stubs.cpp export_table.cpp violations.cpp ${_errors_inc})
+  drv_thread.cpp drv_vmm.cpp executor.cpp export_stubs.cpp export_table.cpp ${_errors_inc})
 target_include_directories(simgpu_cuda PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/generated)
 target_link_libraries(simgpu_cuda PRIVATE simgpu_common simgpu_image slice_procaddr Threads::Threads)
 set_target_properties(simgpu_cuda PROPERTIES
@@ -31,18 +32,20 @@ set_target_properties(simgpu_cuda PROPERTIES
 # answers use its own functions even when a preloaded library (libslice) exports the same names;
 # without it cuGetProcAddress would hand out the preloaded wrappers and hide a shim that forgets
 # to substitute them.
+# -z nodelete: the library's pthread keys name destructors in it (thread_keys.h), which a thread
+# that exits after a dlclose would otherwise call in unmapped code; the keys stay, so the code stays.
 target_link_options(simgpu_cuda PRIVATE -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/libcuda.map -Wl,--no-undefined
-                    -Wl,-Bsymbolic-functions)
+                    -Wl,-Bsymbolic-functions -Wl,-z,nodelete)
 set_property(TARGET simgpu_cuda APPEND PROPERTY LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/libcuda.map)
 
-add_library(simgpu_nvml SHARED nvml.cpp nvml_unmodelled.cpp)
+add_library(simgpu_nvml SHARED nvml.cpp nvml_thread.cpp nvml_unmodelled.cpp)
 target_link_libraries(simgpu_nvml PRIVATE simgpu_common Threads::Threads)
 set_target_properties(simgpu_nvml PROPERTIES
   OUTPUT_NAME nvidia-ml SOVERSION 1
   CXX_VISIBILITY_PRESET hidden
   LIBRARY_OUTPUT_DIRECTORY ${SIMGPU_LIB_DIR})
 target_link_options(simgpu_nvml PRIVATE -Wl,--version-script=${CMAKE_CURRENT_SOURCE_DIR}/libnvml.map -Wl,--no-undefined
-                    -Wl,-Bsymbolic-functions)  # as above
+                    -Wl,-Bsymbolic-functions -Wl,-z,nodelete)  # as above
 set_property(TARGET simgpu_nvml APPEND PROPERTY LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/libnvml.map)
 
 add_executable(simgpu-stat simgpu_stat.cpp)
