@@ -120,6 +120,21 @@ TEST(ProcAddrMap, OverridesTheRuleCannotDerive) {
   EXPECT_EQ(resolve("cuGraphInstantiate", 12000, kDefault), "cuGraphInstantiateWithFlags");  // cuda.h rename
 }
 
+TEST(ProcAddrMap, GraphicsInteropFollowsTheRuleFromItsOwnHeaders) {
+  // cudaGLTypedefs.h, cudaEGLTypedefs.h, cudaVDPAUTypedefs.h, with the renames of cudaGL.h and the like.
+  EXPECT_EQ(resolve("cuGLCtxCreate", 2000, kDefault), "cuGLCtxCreate");
+  EXPECT_EQ(resolve("cuGLCtxCreate", 3020, kDefault), "cuGLCtxCreate_v2");
+  EXPECT_EQ(resolve("cuGLGetDevices", 4010, kDefault), "cuGLGetDevices");
+  EXPECT_EQ(resolve("cuGLGetDevices", 6050, kDefault), "cuGLGetDevices_v2");
+  EXPECT_EQ(resolve("cuGLMapBufferObject", 7000, kPerThread), "cuGLMapBufferObject_v2_ptds");
+  EXPECT_EQ(resolve("cuGLMapBufferObjectAsync", 7000, kPerThread), "cuGLMapBufferObjectAsync_v2_ptsz");
+  EXPECT_EQ(resolve("cuGLMapBufferObjectAsync", 7000, kDefault), "cuGLMapBufferObjectAsync_v2");
+  EXPECT_EQ(resolve("cuVDPAUCtxCreate", 3020, kDefault), "cuVDPAUCtxCreate_v2");
+  EXPECT_EQ(resolve("cuEventCreateFromEGLSync", 9000, kDefault), "cuEventCreateFromEGLSync");
+  EXPECT_EQ(resolve("cuEGLStreamConsumerConnect", 6050, kDefault), "VERSION NOT SUFFICIENT");
+  EXPECT_EQ(resolve("cuWGLGetDevice", 13000, kDefault), "NOT FOUND");  // #ifdef _WIN32 in its header
+}
+
 TEST(ProcAddrMap, TableIsSortedAndMatchesTheExportList) {
   std::set<std::string> exports;
 #define SLICE_DRIVER_EXPORT(symbol) exports.insert(#symbol);
