@@ -9,6 +9,8 @@
 #                         the coordinator's or the compute shares' benchmarks)
 #   BENCH_PARTS=instructions  only the instructions libslice executes per call (callgrind, with
 #                         tests/bench/shim_instructions.py; needs valgrind), which the default runs too
+#   BENCH_PARTS=syscalls  only the system calls libslice makes per call (strace, with
+#                         tests/bench/shim_syscalls.py; needs strace), which the default runs too
 # Then tests/bench/compute_bench.py measures the compute shares (a few minutes); its timeline goes to
 # BUILD/bench/shares.csv and, drawn by tests/bench/shares.gnuplot, BUILD/bench/shares.png
 # (docs/shares.png is a copy of it).
@@ -48,8 +50,8 @@ idle_pid=
 trap 'if [ -n "$idle_pid" ]; then kill "$idle_pid" 2>/dev/null; fi; rm -rf "$work"' EXIT
 export SIMGPU_STATE="$work/simgpu-state" SLICE_COORDINATOR_DIR="$work/coordinator"
 parts=${BENCH_PARTS:-all}
-[[ "$parts" = all || "$parts" = shim || "$parts" = instructions ]] ||
-  { echo "bench: BENCH_PARTS must be all, shim or instructions, not '$parts'"; exit 2; }
+[[ "$parts" = all || "$parts" = shim || "$parts" = instructions || "$parts" = syscalls ]] ||
+  { echo "bench: BENCH_PARTS must be all, shim, instructions or syscalls, not '$parts'"; exit 2; }
 if [ "$parts" = all ]; then
   "$build/bin/simgpu_bench"
   echo
@@ -76,7 +78,7 @@ done
 # ---- Instructions per call: tests/bench/shim_instructions.py, under callgrind (valgrind) ----
 # Host times on a shared machine move from run to run; the instructions libslice executes per call
 # (with what it calls in libc and the driver, less the simulator's own work) do not.
-if [ "$parts" != shim ]; then
+if [ "$parts" = all ] || [ "$parts" = instructions ]; then
   if command -v valgrind >/dev/null; then
     for mode in alloc launch; do
       python3 tests/bench/shim_instructions.py --build "$build" --libslice "$slice" --mode "$mode"
@@ -86,6 +88,21 @@ if [ "$parts" != shim ]; then
   fi
   echo
   [ "$parts" = instructions ] && exit 0
+fi
+
+# ---- System calls per call: tests/bench/shim_syscalls.py, under strace ----
+# On a real machine a system call costs some 100 ns and a wake-up far more; the common paths make
+# none. launch-held: launches held back beside a busy tenant (needs simgpu-load).
+if [ "$parts" = all ] || [ "$parts" = syscalls ]; then
+  if command -v strace >/dev/null; then
+    for mode in launch alloc launch-held; do
+      python3 tests/bench/shim_syscalls.py --build "$build" --libslice "$slice" --mode "$mode"
+    done
+  else
+    echo "bench: strace is not installed, so no system call counts (apt-get install strace)"
+  fi
+  echo
+  [ "$parts" = syscalls ] && exit 0
 fi
 export SLICE_MEMORY_LIMIT=16Gi SLICE_TENANT=bench
 

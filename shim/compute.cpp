@@ -58,12 +58,13 @@ constexpr std::uint64_t kGateDeadlineNs = 2'000'000'000;
 // Work this process may queue ahead when others want the device, in device time.
 constexpr std::uint64_t kQueueAheadNs = 8'000'000;
 
-// The gate may have opened: its sleepers look again.
-void wake_gate(ComputeLane& lane) {
+// The gate may have opened: its sleepers look again. `held_here`: the caller is one of them (counted
+// in lane.waiting, awake): it wakes the others only, and makes no system call when there are none.
+void wake_gate(ComputeLane& lane, bool held_here) {
   // Sequentially consistent, as the waiter's count and load of the word are: either it sees the
   // new word (and does not sleep) or this sees it counted (and wakes it).
   lane.gate_seq.fetch_add(1);
-  if (lane.waiting.load() != 0) futex_wake_all(&lane.gate_seq, false);
+  if (lane.waiting.load() > (held_here ? 1u : 0u)) futex_wake_all(&lane.gate_seq, false);
 }
 
 // A drain signal is believed this long: a host function is not called after a context error, and
@@ -79,7 +80,7 @@ void CUDA_CB drain_signalled(void* data) {
   auto* lane = static_cast<ComputeLane*>(data);
   lane->signals_fired.fetch_add(1);
   lane->drain_signal.store(false);
-  wake_gate(*lane);
+  wake_gate(*lane, false);
 }
 
 // A signal asked for and not yet come, recently enough to wait for it.
@@ -125,7 +126,8 @@ bool request_drain_signal(ComputeLane& lane, CUstream stream, bool per_thread, s
 // After a drain signal: the lane is drained if the last signal asked for came, no drain happened
 // since it was asked for (a drain and a refill to the same count would otherwise pass for it), the
 // stream it was queued in is still all the lane has, and nothing was launched since. No query: the
-// stream is not done until the host function returns, so a query now would find it busy.
+// stream is not done until the host function returns, so a query now would find it busy. Called
+// by a thread held at the gate.
 bool drained_by_signal(ComputeLane& lane) {
   std::uint32_t launched = 0;
   {
@@ -136,7 +138,7 @@ bool drained_by_signal(ComputeLane& lane) {
     launched = lane.signal_launched;
     lane.signal_launched = 0;  // spoken for once
   }
-  return launched != 0 && drained(lane, launched, true);
+  return launched != 0 && drained(lane, launched, true, true);
 }
 
 // When this lane's queued work should be done: launches since the drain, at the measured cost of
@@ -151,8 +153,10 @@ std::uint64_t expected_drain_ns(const ComputeLane& lane, std::uint32_t launched)
 }  // namespace
 
 void WatcherSignal::wake() {
-  seq.fetch_add(1, std::memory_order_release);
-  futex_wake_all(&seq, false);
+  // Sequentially consistent, as the watcher's store of `asleep` is (Compute::run): either it sees
+  // the new word in its futex wait (and does not sleep) or this sees it asleep (and wakes it).
+  seq.fetch_add(1);
+  if (asleep.load()) futex_wake_all(&seq, false);
 }
 
 struct Compute::Next {
@@ -267,7 +271,9 @@ void Compute::run() {
         continue;
       }
     }
+    signal_.asleep.store(true);
     futex_wait(&signal_.seq, seq, timeout, false);
+    signal_.asleep.store(false, std::memory_order_relaxed);
     signal_.deep_idle.store(false, std::memory_order_relaxed);
   }
 }
@@ -285,7 +291,7 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   DeviceEntry& entry = c.device_entry(device);
 
   // 1. Has this process still work on the device?
-  if (lane.since_drain.load(std::memory_order_acquire) != 0) poll_drain(lane, nullptr, &w.current);
+  if (lane.since_drain.load(std::memory_order_acquire) != 0) poll_drain(lane, nullptr, &w.current, false);
   const std::uint32_t launched = lane.since_drain.load(std::memory_order_acquire);
   const bool active = launched != 0;
   const bool wanting = lane.waiting.load(std::memory_order_acquire) != 0;
@@ -405,7 +411,7 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   } else if (opened && open) {
     entry.drain_eta_ns.store(0, std::memory_order_relaxed);
   }
-  if (opened) wake_gate(lane);
+  if (opened) wake_gate(lane, false);
   if (log::enabled(LogLevel::trace) && now >= w.traced_ns + 1'000'000'000) {
     w.traced_ns = now;
     std::string line = "compute GPU " + std::to_string(device) + ": received " +
@@ -481,7 +487,7 @@ Compute::Next Compute::tick(int device, std::uint64_t now) {
   return next;
 }
 
-bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
+bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current, bool held_here) {
   std::uint32_t launched = lane.since_drain.load(std::memory_order_acquire);
   if (launched == 0) return true;
   // Targets are only ever live handles: the hooks of the destroys take them out first (under
@@ -519,10 +525,10 @@ bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current) {
     }
   });
   if (!queried || !all_done) return false;
-  return drained(lane, launched, false);
+  return drained(lane, launched, false, held_here);
 }
 
-bool drained(ComputeLane& lane, std::uint32_t launched, bool seen_at_once) {
+bool drained(ComputeLane& lane, std::uint32_t launched, bool seen_at_once, bool held_here) {
   // Everything submitted before `launched` was read is done. A launch counted since then keeps
   // the lane busy (the exchange fails).
   if (!lane.since_drain.compare_exchange_strong(launched, 0)) return false;
@@ -543,7 +549,7 @@ bool drained(ComputeLane& lane, std::uint32_t launched, bool seen_at_once) {
     lane.per_launch_ns.store(before == 0 || polls != 0 ? measured : std::min(measured, before - before / 4),
                              std::memory_order_relaxed);
   }
-  wake_gate(lane);  // threads held by the queue's length may go
+  wake_gate(lane, held_here);  // threads held by the queue's length may go
   return true;
 }
 
@@ -606,16 +612,19 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
     // at a refill rather than a queue later. (Deciding only when a decision is due, every 5 ms,
     // cost the largest share 3-5 points on the simulated GPU.)
     if (lane.waiting.fetch_add(1) == 0) lane.watcher->wake();
-    // The application's thread sleeps here in steps of tens of us, each of which the default timer
-    // slack (50 us) would lengthen, the device idling meanwhile: tight while it waits, its own after.
-    const int slack = prctl(PR_GET_TIMERSLACK, 0ul, 0ul, 0ul, 0ul);
-    if (slack > 1) prctl(PR_SET_TIMERSLACK, 1ul, 0ul, 0ul, 0ul);
-    const std::uint64_t deadline = monotonic_ns() + kGateDeadlineNs;
+    // Where the thread polls for its drain, it sleeps in steps of tens of us, each of which the
+    // default timer slack (50 us) would lengthen, the device idling meanwhile: tight while it polls,
+    // its own after. Made tight at the first such step only: a thread woken by the watcher (a closed
+    // gate) or by the driver's signal never times out on time, and makes no system call for it.
+    int slack = 0;  // the thread's own, once made tight (> 1: to be given back)
+    bool slack_tight = false;
+    const std::uint64_t start = monotonic_ns();
+    const std::uint64_t deadline = start + kGateDeadlineNs;
     // The driver is asked once per wait to say when this stream's work is done (a host function);
     // where it said so and other streams of the lane are still busy, the thread polls as before.
     bool signal_asked = false;
     bool own_context = false, own_context_known = false;
-    for (std::uint64_t now = monotonic_ns(); now < deadline; now = monotonic_ns()) {
+    for (std::uint64_t now = start; now < deadline; now = monotonic_ns()) {
       const std::uint32_t seq = lane.gate_seq.load();  // sequentially consistent: wake_gate
       const bool open = lane.open.load(std::memory_order_acquire);
       if (open && !over_budget()) break;
@@ -638,9 +647,15 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
                                                              request_drain_signal(lane, stream, per_thread, now));
         signal_asked = true;
         const std::uint64_t drain_at = expected_drain_ns(lane, lane.since_drain.load(std::memory_order_relaxed));
-        if (!signalled)
+        if (!signalled) {
           timeout =
               std::min(timeout, drain_at > now + kDrainPollNs ? std::min(drain_at - now, kGateLookNs) : kDrainPollNs);
+          if (!slack_tight) {
+            slack_tight = true;
+            slack = prctl(PR_GET_TIMERSLACK, 0ul, 0ul, 0ul, 0ul);
+            if (slack > 1) prctl(PR_SET_TIMERSLACK, 1ul, 0ul, 0ul, 0ul);
+          }
+        }
       }
       const bool timed_out = futex_wait(&lane.gate_seq, seq, timeout, false) == WaitResult::timed_out;
       if (!timed_out && signal_pending(lane, monotonic_ns())) continue;  // woken, but not by the signal
@@ -648,7 +663,7 @@ GateTicket gate_enter_in(Session& s, CurrentContext ctx, CUstream stream, bool p
       // the host function is still returning, the stream is not done yet, and it looks again
       // kDrainPollNs later).
       if (lane.open.load(std::memory_order_acquire) && over_budget() && !drained_by_signal(lane))
-        poll_drain(lane, reinterpret_cast<CUcontext>(ctx.key), nullptr);
+        poll_drain(lane, reinterpret_cast<CUcontext>(ctx.key), nullptr, true);
     }
     if (slack > 1) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0ul, 0ul, 0ul);
     lane.waiting.fetch_sub(1);

@@ -34,10 +34,13 @@ namespace slice::shim {
 struct Session;
 
 // How the launch path wakes the watcher: it bumps `seq` (a futex) when the watcher said it sleeps
-// long (`deep_idle`: nothing to do) and work starts, or when a thread comes to a closed gate.
+// long (`deep_idle`: nothing to do) and work starts, or when a thread comes to a closed gate. The
+// system call that wakes it is made only while it sleeps on `seq` (`asleep`); awake, or asleep on
+// another tenant's word, it sees the new `seq` before it sleeps on it again.
 struct WatcherSignal {
   std::atomic<std::uint32_t> seq{0};
   std::atomic<bool> deep_idle{false};
+  std::atomic<bool> asleep{false};
   void wake();
 };
 
@@ -76,12 +79,14 @@ struct ComputeLane {
 // Queries where this process's launches went; when all are done, the lane is drained (since_drain
 // back to 0, the launch cost measured) and true is returned. `only_context`: only targets of this context
 // can be queried (a thread must not change the application's current context); nullptr: any, the
-// watcher making each current in turn (`current` remembers what it made current).
-bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current);
+// watcher making each current in turn (`current` remembers what it made current). `held_here`: the
+// calling thread is held at the lane's gate (counted in `waiting`).
+bool poll_drain(ComputeLane& lane, CUcontext only_context, CUcontext* current, bool held_here);
 // Marks the lane drained of the `launched` launches counted when its work was found done (false if
 // more were counted since), measures a launch's cost (`seen_at_once`: the drain was seen when it
-// happened, as the driver's signal sees it), and lets the gate's sleepers go.
-bool drained(ComputeLane& lane, std::uint32_t launched, bool seen_at_once);
+// happened, as the driver's signal sees it), and lets the gate's sleepers go (the others, when the
+// caller is one of them: `held_here`).
+bool drained(ComputeLane& lane, std::uint32_t launched, bool seen_at_once, bool held_here);
 
 class Compute {
  public:

@@ -285,11 +285,14 @@ CUresult free_async(CUdeviceptr dptr, Call&& call) {
 
 }  // namespace
 
-// After a synchronisation that may have let pools give memory back (a free came before it).
+// After a synchronisation that may have let pools give memory back (a free came before it). A load
+// first: without a stream-ordered free since the last one, a synchronisation writes nothing.
 CUresult slice::shim::synchronize(RealCall call) {
   if (session_state() == SessionState::failed) return kFailedClosed;
   const CUresult rc = call();
-  if (Session* s = current_session(); s != nullptr && s->pools->frees_pending.exchange(false)) settle_pools(*s, -1);
+  if (Session* s = current_session(); s != nullptr && s->pools->frees_pending.load(std::memory_order_relaxed) &&
+                                      s->pools->frees_pending.exchange(false))
+    settle_pools(*s, -1);
   return rc;
 }
 
