@@ -7,7 +7,15 @@ judgement without a GPU. Each subcommand prints one or more lines, the verdict l
   judge.py shares A_OUT B_OUT KERNEL_US KIND FIGURES     spin_share busy outputs of the 30% and
                                                          70% tenants: the 30% tenant's part of the
                                                          device time is 0.30 +- 0.05
-  judge.py calls WITHOUT WITH FIGURES                    bench_calls outputs, medians compared
+  judge.py calls WITHOUT WITH FIGURES                    bench_calls outputs (one figure per process,
+                                                         alternately without and with): each side's
+                                                         median and quartiles, the difference of the
+                                                         medians and its 90% interval
+  judge.py syscalls WITHOUT WITH N NAMES FIGURES         syscount reports of bench_calls --count N:
+                                                         system calls per launch and per alloc+free
+                                                         pair, and those libslice adds, by name
+  judge.py syscount-probe REPORT PROBE_OUT EXIT          syscount's report of its own probe: exact
+                                                         counts, or the counter is broken
   judge.py cpu WITHOUT WITH SECONDS FIGURES              spin_share busy outputs: CPU per process
   judge.py plugin-list LISTING SMI_CSV SLICES            slice-device-plugin --list vs nvidia-smi
   judge.py status-json STATUS_JSON                       slicectl status --json lists devices
@@ -17,6 +25,7 @@ judgement without a GPU. Each subcommand prints one or more lines, the verdict l
 """
 import json
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -67,19 +76,182 @@ def shares(a_out, b_out, kernel_us, kind, figures, expect=0.30, tolerance=0.05):
     return 0 if ok else 1
 
 
+def spread(xs):
+    """(median, first quartile, third quartile, min, max) of a sample."""
+    xs = sorted(xs)
+    q1, q3 = (xs[0], xs[0]) if len(xs) == 1 else statistics.quantiles(xs, n=4, method="inclusive")[::2]
+    return statistics.median(xs), q1, q3, xs[0], xs[-1]
+
+
+def difference_interval(a, b, resamples=2000, seed=1):
+    """A 90% interval of median(b) - median(a), each side resampled on its own (bootstrap). Seeded, so
+    that the figures can be made again from a run's logs."""
+    rng = random.Random(seed)
+    d = sorted(statistics.median(rng.choices(b, k=len(b))) - statistics.median(rng.choices(a, k=len(a)))
+               for _ in range(resamples))
+    return d[int(0.05 * resamples)], d[int(0.95 * resamples) - 1]
+
+
 def calls(without, with_, figures):
+    """Each bench_calls process printed one median per call kind; the processes ran alternately
+    without and with libslice, so that a drift of the machine falls on both sides. The spread between
+    processes of one side is the noise a difference must stand out of."""
     lines = []
     try:
         for key, label in (("launch_ns", "cuLaunchKernel"), ("alloc_free_ns", "cuMemAlloc + cuMemFree")):
-            a, b = statistics.median(values(without, key)), statistics.median(values(with_, key))
-            lines.append((label, a, b))
-    except (OSError, statistics.StatisticsError) as e:
+            a, b = values(without, key), values(with_, key)
+            lines.append((label, a, b, spread(a), spread(b)))
+    except (OSError, ValueError, statistics.StatisticsError) as e:
         print(f"calls: no figures ({type(e).__name__}: {e})")
         return 1
-    for label, a, b in lines:
-        print(f"{label}: {a:.0f} ns without, {b:.0f} ns with libslice: {b - a:+.0f} ns")
-        add_figures(figures, [("per call", f"{label}: without", f"{a:.0f}", "ns"),
-                              ("per call", f"{label}: with libslice", f"{b:.0f}", "ns")])
+    verdicts = []
+    for label, a, b, sa, sb in lines:
+        lo, hi = difference_interval(a, b)
+        added = sb[0] - sa[0]
+        noise = "within the noise" if lo <= 0 <= hi else "outside the noise"
+        print(f"{label}, {len(a)} processes without and {len(b)} with libslice, alternately: "
+              f"without {sa[0]:.0f} ns (quartiles {sa[1]:.0f}..{sa[2]:.0f}, range {sa[3]:.0f}..{sa[4]:.0f}), "
+              f"with {sb[0]:.0f} ns (quartiles {sb[1]:.0f}..{sb[2]:.0f}, range {sb[3]:.0f}..{sb[4]:.0f}); "
+              f"difference of the medians {added:+.0f} ns, 90% interval {lo:+.0f}..{hi:+.0f}: {noise}")
+        verdicts.append(f"{label} {added:+.0f} ns ({lo:+.0f}..{hi:+.0f}, {noise})")
+        add_figures(figures, [
+            ("per call", f"{label}: without", f"{sa[0]:.0f}", f"ns (median of {len(a)} processes)"),
+            ("per call", f"{label}: without, quartiles", f"{sa[1]:.0f}..{sa[2]:.0f}", "ns"),
+            ("per call", f"{label}: with libslice", f"{sb[0]:.0f}", f"ns (median of {len(b)} processes)"),
+            ("per call", f"{label}: with libslice, quartiles", f"{sb[1]:.0f}..{sb[2]:.0f}", "ns"),
+            ("per call", f"{label}: added by libslice", f"{added:+.0f}", "ns (difference of the medians)"),
+            ("per call", f"{label}: added, 90% interval", f"{lo:+.0f}..{hi:+.0f}", "ns (bootstrap)")])
+    print("added by libslice: " + "; ".join(verdicts))
+    return 0
+
+
+# bench_calls --count's phases (phase_marker.h): what each counts.
+PHASES = {0: "start-up", 1: "launches", 2: "synchronize", 3: "alloc+free pairs", 4: "end"}
+
+
+def read_syscount(path):
+    """A syscount report: ({key: value}, {(phase, "main"|"other"): {number: count}})."""
+    facts, calls = {}, {}
+    for line in open(path, errors="replace"):
+        parts = line.split()
+        if len(parts) == 5 and parts[0] == "calls":
+            calls.setdefault((int(parts[1]), parts[2]), {})[int(parts[3])] = int(parts[4])
+        elif "=" in line:
+            key, value = line.rstrip("\n").split("=", 1)
+            facts[key] = value
+    return facts, calls
+
+
+def syscall_names(path):
+    """{number: name} from run.sh's table (NUMBER<tab>NAME, from <sys/syscall.h>); {} without one."""
+    names = {}
+    try:
+        for line in open(path):
+            nr, name = line.split("\t")
+            names[int(nr)] = name.strip()
+    except (OSError, ValueError):
+        pass
+    return names
+
+
+def counted(calls, phase, who, nr=None):
+    c = calls.get((phase, who), {})
+    return sum(c.values()) if nr is None else c.get(nr, 0)
+
+
+def syscalls(without, with_, n, names_path, figures):
+    """System calls of the thread that makes the calls (the program's first), per call, without and
+    with libslice; other threads' are reported as they are (they follow time, not calls)."""
+    n = int(n)
+    names = syscall_names(names_path)
+    reports = {}
+    for side, path in (("without", without), ("with", with_)):
+        try:
+            facts, calls = read_syscount(path)
+        except (OSError, ValueError) as e:
+            print(f"syscalls: no report {side} libslice ({type(e).__name__}: {e})")
+            return 1
+        if "unsupported" in facts:
+            print(f"syscalls: system calls cannot be counted here: {facts['unsupported']}")
+            return 3
+        if facts.get("exit_status") != "0":
+            print(f"syscalls: bench_calls --count {n} {side} libslice ended with exit status "
+                  f"{facts.get('exit_status', 'unknown')}")
+            return 1
+        if facts.get("markers") != str(len(PHASES) - 1):
+            print(f"syscalls: {facts.get('markers', 'no')} phase markers {side} libslice, not {len(PHASES) - 1}: "
+                  "the counts cannot be told apart by phase")
+            return 1
+        reports[side] = calls
+    a, b = reports["without"], reports["with"]
+
+    def most(phase, per):
+        nrs = set(a.get((phase, "main"), {})) | set(b.get((phase, "main"), {}))
+        added = sorted(((counted(b, phase, "main", nr) - counted(a, phase, "main", nr)) / per, nr) for nr in nrs)
+        top = [(d, nr) for d, nr in reversed(added) if d > 0][:4] + [(d, nr) for d, nr in added if d < 0][:2]
+        return ", ".join(f"{names.get(nr, f'#{nr}')} {d:+.3g}" for d, nr in top) or "none"
+
+    rows, verdict = [], []
+    for phase, label, per in ((0, "at start-up (context, module, warm-up)", 1), (1, "per cuLaunchKernel", n),
+                              (2, f"in cuStreamSynchronize (after the {n} launches)", 1),
+                              (3, "per cuMemAlloc + cuMemFree", n)):
+        x, y = counted(a, phase, "main") / per, counted(b, phase, "main") / per
+        digits = 3 if per > 1 else 0
+        others = f"; other threads {counted(a, phase, 'other')} without, {counted(b, phase, 'other')} with" \
+            if phase else ""
+        print(f"system calls {label}: {x:.{digits}f} without, {y:.{digits}f} with libslice "
+              f"({y - x:+.{digits}f}: {most(phase, per)}){others}")
+        short = label.split(" (")[0]
+        rows += [("system calls", f"{short}: without", f"{x:.{digits}f}", "calls"),
+                 ("system calls", f"{short}: with libslice", f"{y:.{digits}f}", "calls"),
+                 ("system calls", f"{short}: added by libslice, most", most(phase, per), "calls")]
+        if phase:
+            rows.append(("system calls", f"{short}: other threads, without / with",
+                         f"{counted(a, phase, 'other')} / {counted(b, phase, 'other')}", "calls in the phase"))
+        if per > 1:
+            verdict.append(f"{short} {y - x:+.3f}")
+        elif phase == 0:
+            verdict.append(f"{y - x:+.0f} at start-up")
+    add_figures(figures, rows)
+    print(f"system calls added by libslice on the calling thread ({n} of each): " + "; ".join(verdict))
+    return 0
+
+
+def syscount_probe(report, probe_out, exit_status):
+    """syscount's count of its own probe (syscount --probe N), whose system calls are known."""
+    try:
+        facts, calls = read_syscount(report)
+        if "unsupported" in facts:
+            print(f"syscount: cannot count here: {facts['unsupported']}")
+            return 3
+        n, getppid, getuid = (int(one(probe_out, k)) for k in ("probe_n", "getppid_nr", "getuid_nr"))
+    except (OSError, ValueError) as e:
+        print(f"syscount probe: {type(e).__name__}: {e}")
+        return 1
+    wrong = []
+    for what, got, want in (
+            ("getppid on the first thread in phase 1", counted(calls, 1, "main", getppid), n),
+            ("getuid on the first thread in phase 1", counted(calls, 1, "main", getuid), n // 2),
+            ("all calls of the first thread in phase 1", counted(calls, 1, "main"), n + n // 2),
+            ("calls of other threads in phase 1", counted(calls, 1, "other"), 0),
+            ("getppid on the second thread in phase 2", counted(calls, 2, "other", getppid), n),
+            ("getppid on the first thread in phase 2", counted(calls, 2, "main", getppid), 0),
+            ("phase markers", facts.get("markers"), "3"),
+            ("the probe's exit status in the report (7: its signal arrived)", facts.get("exit_status"), "7"),
+            ("syscount's own exit status", str(exit_status), "7")):
+        if got != want:
+            wrong.append(f"{what}: {got}, not {want}")
+    if counted(calls, 0, "main") == 0:
+        wrong.append("nothing counted before the first marker (the exec and the start-up)")
+    if counted(calls, 3, "main") < 2:
+        wrong.append("fewer than 2 calls in phase 3 (the signal sent, and the return from its handler)")
+    if int(facts.get("threads", 0)) < 2:
+        wrong.append(f"threads={facts.get('threads')}: the second thread was not followed")
+    if wrong:
+        print("syscount miscounts its probe: " + "; ".join(wrong))
+        return 1
+    print(f"syscount counts its probe exactly ({facts.get('method')}): {n} getppid and {n // 2} getuid on the "
+          f"first thread, {n} getppid on a second, 3 phase markers, the signal passed on, exit status 7")
     return 0
 
 
@@ -193,6 +365,54 @@ def selftest():
         w = write("without", "launch_ns=2000\nalloc_free_ns=5000\n" * 3)
         expect("calls", calls(w, write("with", "launch_ns=2100\nalloc_free_ns=5600\n" * 3), figures), 0)
         expect("calls, nothing measured", calls(w, write("empty", ""), figures), 1)
+        # The first real run's figures: two processes each way, a difference inside the noise.
+        w2 = write("without2", "launch_ns=3950\nalloc_free_ns=75776\nlaunch_ns=4412\nalloc_free_ns=89160\n")
+        h2 = write("with2", "launch_ns=3501\nalloc_free_ns=60807\nlaunch_ns=4126\nalloc_free_ns=84424\n")
+        got = subprocess.run([sys.executable, __file__, "calls", w2, h2, ""], capture_output=True, text=True)
+        expect("calls, in the noise", got.returncode, 0)
+        if "cuLaunchKernel -368 ns (-911..+176, within the noise)" not in got.stdout:
+            failures.append(f"calls: the first run's figures are not judged within the noise: {got.stdout!r}")
+        if spread([4, 1, 3, 2, 5]) != (3, 2, 4, 1, 5) or spread([7]) != (7, 7, 7, 7, 7):
+            failures.append(f"spread: {spread([4, 1, 3, 2, 5])}, {spread([7])}")
+        far = difference_interval([100, 101, 99, 100], [200, 201, 199, 200])
+        if not 98 <= far[0] <= far[1] <= 102:
+            failures.append(f"difference_interval of two apart samples: {far}")
+
+        # syscount: reports of bench_calls --count 1000 and of the probe.
+        names = write("names.tsv", "0\tread\n16\tioctl\n110\tgetppid\n102\tgetuid\n228\tclock_gettime\n")
+
+        def report(extra="", markers=4, status=0):
+            head = f"method=syscall-info\nthreads=3\nmarkers={markers}\nexit_status={status}\n"
+            return head + "calls 0 main 16 900\ncalls 1 main 16 10\ncalls 3 main 16 4000\ncalls 1 other 0 5\n" + extra
+
+        sw = write("sc-without", report())
+        sh = write("sc-with", report("calls 0 main 0 300\ncalls 1 main 228 2000\ncalls 3 main 228 1000\n"))
+        got = subprocess.run([sys.executable, __file__, "syscalls", sw, sh, "1000", names, figures],
+                             capture_output=True, text=True)
+        expect("syscalls", got.returncode, 0)
+        for want in ("per cuLaunchKernel: 0.010 without, 2.010 with libslice (+2.000: clock_gettime +2)",
+                     "per cuMemAlloc + cuMemFree: 4.000 without, 5.000 with libslice (+1.000: clock_gettime +1)",
+                     "at start-up (context, module, warm-up): 900 without, 1200 with libslice (+300: read +300)"):
+            if want not in got.stdout:
+                failures.append(f"syscalls: no {want!r} in {got.stdout!r}")
+        untraced = write("sc-no", "unsupported=ptrace refused\n")
+        expect("syscalls, not traceable", syscalls(untraced, sh, 1000, names, None), 3)
+        expect("syscalls, markers missing", syscalls(sw, write("sc-m", report(markers=0)), 1000, names, None), 1)
+        expect("syscalls, bench_calls failed", syscalls(sw, write("sc-f", report(status=1)), 1000, names, None), 1)
+        probe = write("probe.out", "getppid_nr=110\ngetuid_nr=102\nprobe_n=1000\n")
+        good = ("method=syscall-info\nthreads=2\nmarkers=3\nexit_status=7\ncalls 0 main 59 1\ncalls 1 main 102 500\n"
+                "calls 1 main 110 1000\ncalls 2 other 110 1000\ncalls 2 other 202 1\ncalls 2 main 202 1\n"
+                "calls 3 main 234 1\ncalls 3 main 15 1\n")
+        expect("syscount-probe", syscount_probe(write("pr", good), probe, 7), 0)
+        for label, text, status in (
+                ("entries and exits counted", good.replace(" 1000\n", " 2000\n").replace(" 500\n", " 1000\n"), 7),
+                ("the second thread not followed",
+                 good.replace("calls 2 other 110 1000\n", "").replace("threads=2", "threads=1"), 7),
+                ("markers not seen", good.replace("calls 1 main", "calls 0 main").replace("markers=3", "markers=0"), 7),
+                ("the signal swallowed", good.replace("exit_status=7", "exit_status=8"), 8),
+                ("the exit status lost", good, 0)):
+            expect(f"syscount-probe, {label}", syscount_probe(write("pr-bad", text), probe, status), 1)
+        expect("syscount-probe, unsupported", syscount_probe(write("pr-no", "unsupported=no ptrace\n"), probe, 125), 3)
         expect("cpu", cpu(busy("c1", 1), busy("c2", 1), 5, figures), 0)
         uuid = "GPU-11111111-2222-3333-4444-555555555555"
         total = 143771 * 2**20
@@ -250,7 +470,8 @@ def selftest():
     for f in failures:
         print(f"judge selftest: {f}")
     print(f"judge selftest: {'every judgement gave the verdict wanted' if not failures else f'{len(failures)} wrong'}"
-          " (shares, calls, cpu, plugin list, status JSON, tenant seconds, RESULT why, transformers plan and judge)")
+          " (shares, calls, system calls, syscount's probe, cpu, plugin list, status JSON, tenant seconds, RESULT why,"
+          " transformers plan and judge)")
     return 1 if failures else 0
 
 
@@ -258,6 +479,8 @@ def main(argv):
     commands = {
         "shares": (5, lambda a: shares(a[0], a[1], a[2], a[3], a[4])),
         "calls": (3, lambda a: calls(*a)),
+        "syscalls": (5, lambda a: syscalls(*a)),
+        "syscount-probe": (3, lambda a: syscount_probe(*a)),
         "cpu": (4, lambda a: cpu(*a)),
         "plugin-list": (3, lambda a: plugin_list(*a)),
         "status-json": (1, lambda a: status_json(*a)),

@@ -153,8 +153,8 @@ int main(int argc, char** argv) {
                   expected.c_str());
     }
   }
-  // What the driver answers for an unknown name and for a version older than the symbol: cuda.h
-  // documents CUDA_SUCCESS with a NULL pointer, the simulator answers CUDA_ERROR_NOT_FOUND.
+  // What the driver answers for an unknown name and for a version older than the symbol: driver
+  // 580.159.04 answered CUDA_SUCCESS, a NULL pointer and the status (1, 2), as the simulator now does.
   for (auto [name, version] : {std::pair<const char*, int>{"cuNoSuchFunction", 13000}, {"cuMemAllocAsync", 11000}}) {
     void* p = reinterpret_cast<void*>(1);
     CUdriverProcAddressQueryResult status{};

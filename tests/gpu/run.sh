@@ -3,15 +3,18 @@
 # time limit inside one overall budget, what it prints stays under the output folder, and a table
 # and summary.json end the run whatever happens (an early exit, a signal).
 #   tests/gpu/run.sh [--bench] [--require-gpu] [--allow-missing] [--dry-run] [--out DIR]
-#     --bench          also the figures: per-call costs with and without libslice, the cap's
+#     --bench          also the figures: per-call costs with and without libslice (processes of
+#                      each, alternately), the system calls libslice adds per call, the cap's
 #                      accuracy by nvidia-smi, CPU per busy process (about a minute more)
 #     --require-gpu    no usable GPU is a failure (exit 1), not a note (exit 0)
 #     --allow-missing  a framework that is not installed (torch, jax...) is a SKIP, not a FAIL
 #     --dry-run        on a machine without a GPU: every step that needs none (the builds for sm_90,
 #                      the check machinery itself, spin_share's arguments, the whole GPU path on
-#                      stand-in programs (tests/gpu/fakes), the driver-level checks on the simulated
-#                      GPU, the judgements on made-up figures, the Python checks compiled, the
-#                      carry's size, the summary); ctest gpu_run_dry_run
+#                      stand-in programs (tests/gpu/fakes), Python crashing there, the driver-level
+#                      checks, the Python preflight and the system call counts on the simulated GPU,
+#                      the system call counter on a program of known calls, the judgements on made-up
+#                      figures, the Python checks compiled, the carry's size, the summary);
+#                      ctest gpu_run_dry_run
 #     --out DIR        where results.tsv, figures.tsv, summary.json and the logs go (default: $OUT
 #                      when set, as on a device machine, else build/gpu-out); more than 8 files
 #                      there are packed into logs.tar.gz, so at most 4 remain
@@ -23,6 +26,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 repo=$PWD
+# No core files: a crashed CUDA process's would be gigabytes, written inside the run's time, and
+# there is no debugger on a device machine to read them. The crash is reported by its signal.
+ulimit -c 0
 
 bench=0 require_gpu=0 allow_missing=0 dry_run=0 out=${OUT:-}
 while [ $# -gt 0 ]; do
@@ -32,7 +38,7 @@ while [ $# -gt 0 ]; do
     --allow-missing) allow_missing=1 ;;
     --dry-run) dry_run=1 ;;
     --out) out=${2:?--out needs a folder}; shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "tests/gpu/run.sh: unknown option $1 (--help)"; exit 2 ;;
   esac
   shift
@@ -57,6 +63,7 @@ started=$(date +%s)
 budget=${GPU_BUDGET:-500}
 deadline=$((started + budget))
 completed=0 finished=0 current='' interrupted='' quiet=0 last_status='' check_name='' check_limit=0
+check_note=''  # set around checks whose failure may follow from an earlier one: their FAIL detail says so
 background=()  # processes started outside a check and still running (compilations, a neighbour)
 
 # ---- recording ----
@@ -110,8 +117,10 @@ trap 'interrupted=SIGINT; exit 130' INT
 # to what is left of the budget, less 20 s for the end; SKIP "out of time" under 10 s), its output
 # in logs/NAME.log. Status: exit 0 PASS, 3 SKIP, a timeout TIMEOUT, else FAIL; and FAIL whenever a
 # libslice error line is in logs/NAME.* (the check's log and the files it wrote beside it). The
-# detail is a framework check's RESULT "why", else the log's last line. The whole process group is
-# killed at the limit (timeout signals its group), so nothing a check started outlives it.
+# detail is a framework check's RESULT "why", else the log's last line; a check killed by a signal
+# says which first, and with check_note set, a FAIL or TIMEOUT starts with "[NOTE]". The whole
+# process group is killed at the limit (timeout signals its group), so nothing a check started
+# outlives it.
 check() {
   local name=$1 limit=$2 left t0 rc status detail ms errs why
   shift 2
@@ -155,10 +164,17 @@ check() {
   fi
   if [ -z "$detail" ]; then
     if grep -q '^RESULT {' "$logs/$name.log"; then why=$(python3 tests/gpu/judge.py result-why "$logs/$name.log" 2> /dev/null) && detail=$why; fi
-    [ -n "$detail" ] || detail=$(grep -v '^\s*$' "$logs/$name.log" | tail -n 1 | cut -c1-200)
+    # Not bash's own report of a job a signal ended ("...: line N: PID Segmentation fault ..."): the
+    # signal is named below, and the line before it says more.
+    [ -n "$detail" ] || detail=$(grep -v '^\s*$' "$logs/$name.log" | grep -vE '^[^ ]+: line [0-9]+: +[0-9]+ ' | tail -n 1 | cut -c1-200)
     [ $status = TIMEOUT ] && detail="timed out after $limit s; last: $detail"
     [ $status = FAIL ] && [ $rc = 127 ] && detail="exit 127 (not built? not found?): $detail"
+    # 128 + N: the program (or the last command of a function) was ended by signal N, a crash.
+    if [ $status = FAIL ] && [ $rc -gt 128 ] && [ $rc -lt 160 ]; then
+      detail="killed by SIG$(kill -l $((rc - 128)) 2> /dev/null) (exit $rc): $detail"
+    fi
   fi
+  if [ -n "$check_note" ] && { [ $status = FAIL ] || [ $status = TIMEOUT ]; }; then detail="[$check_note] $detail"; fi
   ms=$((($(date +%s%N) - t0) / 1000000))
   record "$name" $status "$((ms / 1000)).$(((ms % 1000) / 100))" "$detail"
   if [ $quiet = 0 ] && { [ $status = FAIL ] || [ $status = TIMEOUT ]; }; then
@@ -214,7 +230,9 @@ echo "tests/gpu ($mode): toolkit $cuda_home, arch $arch, libslice ${slice:-missi
 build_jobs=${GPU_BUILD_JOBS:-$(nproc 2> /dev/null || echo 2)}
 [ "$build_jobs" -gt 8 ] && build_jobs=8
 [ "$build_jobs" -ge 1 ] || build_jobs=1
+programs=0
 build() {  # build NAME COMMAND...: in the background, its log in logs/build-NAME.log
+  programs=$((programs + 1))
   while [ "$(jobs -rp | wc -l)" -ge "$build_jobs" ]; do wait -n; done
   (timeout 300 "${@:2}" > "$logs/build-$1.log" 2>&1 || echo "$1" >> "$work/build-failed") &
   background+=($!)
@@ -226,17 +244,23 @@ build procaddr-real "${cxx[@]}" tests/gpu/procaddr_real.cpp -o "$bin/procaddr_re
 build procaddr-replay "${cxx[@]}" -Ishim -Itests/shim tests/shim/procaddr_replay.cpp -o "$bin/procaddr_replay" -ldl
 build driver-cap "${cxx[@]}" tests/gpu/driver_cap.cpp -o "$bin/driver_cap" ${driver_link[@]+"${driver_link[@]}"}
 build bench-calls "${cxx[@]}" tests/gpu/bench_calls.cpp -o "$bin/bench_calls" ${driver_link[@]+"${driver_link[@]}"}
+build syscount g++ -std=c++20 -O2 -pthread tests/gpu/syscount.cpp -o "$bin/syscount"
+build process-trace g++ -std=c++20 -O2 -pthread tests/shim/process_trace.cpp -o "$bin/process_trace" -ldl
 for f in runtime_cap spin_share capture_threads; do
   build "${f//_/-}" "$nvcc" -O2 -std=c++20 -arch="$arch" "tests/gpu/$f.cu" -o "$bin/$f"
 done
 wait
 background=()  # what finish stops: only what still runs
 if [ ! -s "$work/build-failed" ]; then
-  record build PASS $(($(date +%s) - t0)) "8 programs for $arch ($build_jobs at a time)"
+  record build PASS $(($(date +%s) - t0)) "$programs programs for $arch ($build_jobs at a time)"
 else
   record build FAIL $(($(date +%s) - t0)) "not built: $(tr '\n' ' ' < "$work/build-failed")"
   for f in $(cat "$work/build-failed"); do grep -m3 -E "error|rror:" "$logs/build-$f.log" | cut -c1-300 | sed "s|^|    build-$f: |"; done
 fi
+# System call names by number, from this machine's headers (syscount reports numbers): NUMBER<tab>NAME.
+syscall_names=$work/syscall-names.tsv
+printf '#include <sys/syscall.h>\n' | g++ -x c++ -dM -E - 2> /dev/null |
+  sed -n 's/^#define __NR_\([A-Za-z0-9_]*\) \([0-9][0-9]*\)$/\2\t\1/p' | sort -n > "$syscall_names"
 python3 - "$repo/tests/gpu" > "$logs/python-compile.log" 2>&1 << 'PY'
 import pathlib, sys
 root = pathlib.Path(sys.argv[1])
@@ -270,8 +294,11 @@ neighbour_settle_s=1             # a neighbour's head start
 lm_solo=4 lm_joint=12 lm_lead=1  # transformers: seconds alone (each), together, before the first window
 cap=$((4 << 30))  # the driver-level checks' cap: six 256 MiB IPC exports and the context fit under it
 context_charged=0 unsupported='' uuid0='' bench_rounds=10
+syscall_calls=1000  # bench_calls --count: launches, and alloc+free pairs, whose system calls are counted
 flags=()
 [ $allow_missing = 1 ] && flags=(--allow-missing)
+# The Python preflight's steps, interpreter and flags (the dry run gives its own on the simulated GPU).
+python=python3 python_steps=(ctypes cuda-bindings torch) python_flags=(${flags[@]+"${flags[@]}"}) python_note=''
 fw=tests/gpu/frameworks
 tsv=tests/data/cudart13-procaddr-lookups.tsv
 if [ $dry_run = 1 ]; then
@@ -343,7 +370,11 @@ driver_checks() {
     skip "one-card-by-uuid$suffix" "no UUID from the preflight"
   fi
 }
-calls() {  # per-call costs, alternately without and with libslice
+# Per-call costs: bench_rounds processes each way, alternately without and with libslice, so that a
+# drift of the machine falls on both sides; each prints its medians. The judge reports each side's
+# median and quartiles across processes, and the difference of the medians with its 90% interval:
+# one process each way differs by more than libslice's cost (the first real run).
+calls() {
   local _ side
   for _ in $(seq "$bench_rounds"); do
     for side in without with; do
@@ -352,6 +383,38 @@ calls() {  # per-call costs, alternately without and with libslice
     done
   done
   python3 tests/gpu/judge.py calls "$logs/$check_name.without.out" "$logs/$check_name.with.out" "$figures_file"
+}
+# The system calls libslice makes per call, where there is no strace or perf: bench_calls --count N
+# traced by syscount without and with libslice; the calling thread's calls in the launch phase and in
+# the alloc+free phase, over N. The counter first counts its own probe, whose calls are known: a
+# counter that miscounts here fails the check rather than give figures.
+syscount_probe() {  # syscount_probe [--regs]: --regs, the fallback that reads registers (x86_64)
+  local rc at=$logs/$check_name.probe${1:-}
+  "$bin/syscount" -o "$at.tsv" "$@" -- "$bin/syscount" --probe 1000 > "$at.out" 2>&1
+  rc=$?
+  python3 tests/gpu/judge.py syscount-probe "$at.tsv" "$at.out" $rc
+}
+syscount_selftest() {  # both ways of reading a call's number; the registers where they can be (x86_64)
+  local rc
+  syscount_probe || return $?
+  syscount_probe --regs
+  rc=$?
+  [ $rc = 3 ] && { echo "the register fallback (x86_64 only) is not checked here"; return 0; }
+  return $rc
+}
+syscalls() {
+  local rc
+  syscount_probe || return $?
+  "$bin/syscount" -o "$logs/$check_name.without.tsv" -- "${plain[@]}" "$bin/bench_calls" --count $syscall_calls \
+    > "$logs/$check_name.without.out" 2>&1
+  "$bin/syscount" -o "$logs/$check_name.with.tsv" -- "${under[@]}" SLICE_TENANT=bench-syscalls "$bin/bench_calls" \
+    --count $syscall_calls > "$logs/$check_name.with.out" 2>&1
+  # Their exit statuses are in the reports, which the judge reads.
+  python3 tests/gpu/judge.py syscalls "$logs/$check_name.without.tsv" "$logs/$check_name.with.tsv" $syscall_calls \
+    "$syscall_names" "$figures_file"
+  rc=$?
+  [ $rc = 1 ] && tail -n 3 "$logs/$check_name.without.out" "$logs/$check_name.with.out"
+  return $rc
 }
 status_json() {  # what slicectl says at the end
   status_of "$logs/$check_name.json" || return 1
@@ -394,6 +457,47 @@ preflight_slice() {
   total=$(echo "$said" | sed -n 's/^total_bytes=//p' | tail -1)
   [ "$total" = $((1 << 30)) ] || { echo "preflight=FAIL told a total of ${total:-nothing} bytes, not the 1 GiB cap"; return 1; }
   echo "under libslice: a context, 64 MiB allocated, the 1 GiB cap told"
+}
+# Python under libslice, right after the C preflight under it: each step (ctypes, cuda-bindings,
+# torch; frameworks/python_preflight.py) a process of its own with a 1 GiB cap, each reported, so
+# that Python processes crashing under libslice (issue 22: all that made a context, SIGSEGV) are one
+# named line at the top of the results, which says in which steps. Nothing is left out after it:
+# the framework checks still run, for the whole picture, and each of their failures says it follows.
+python_preflight() {
+  local step rc why each wd out passed=() skipped=() failed=()
+  each=$(((check_limit - 5) / ${#python_steps[@]}))
+  wd=$((each - 5))
+  [ $wd -ge 5 ] || wd=5
+  for step in "${python_steps[@]}"; do
+    out=$logs/$check_name.$step.out
+    # --foreground: stays in the check's process group, which the check's own limit stops.
+    timeout --foreground -k 3 "$each" "${under[@]}" SLICE_TENANT=preflight-python SLICE_MEMORY_LIMIT=$((1 << 30)) \
+      "$python" "$fw/python_preflight.py" --step "$step" ${python_flags[@]+"${python_flags[@]}"} --timeout $wd > "$out" 2>&1
+    rc=$?
+    why=$(python3 tests/gpu/judge.py result-why "$out" 2> /dev/null)
+    echo "-- $step: exit $rc"
+    grep -v '^\s*$' "$out" | tail -n 30 | cut -c1-300 | sed 's/^/   | /'
+    case $rc in
+      0) passed+=("$step") ;;
+      3) skipped+=("$step (${why#skip: })") ;;
+      124|137) failed+=("$step: no end within $each s") ;;
+      *)
+        if [ $rc -gt 128 ]; then failed+=("$step: killed by SIG$(kill -l $((rc - 128)) 2> /dev/null) (exit $rc)")
+        else failed+=("$step: exit $rc, ${why#fail: }"); fi ;;
+    esac
+  done
+  local rest=''
+  [ ${#passed[@]} = 0 ] || rest+="; passed: $(printf '%s, ' "${passed[@]}" | sed 's/, $//')"
+  [ ${#skipped[@]} = 0 ] || rest+="; skipped: $(printf '%s, ' "${skipped[@]}" | sed 's/, $//')"
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "$(printf '%s; ' "${failed[@]}" | sed 's/; $//')$rest"
+    return 1
+  fi
+  if [ ${#passed[@]} = 0 ]; then
+    echo "no step ran${rest}"
+    return 3
+  fi
+  echo "under libslice each made a context, 1 MiB and was told the 1 GiB cap${rest}"
 }
 runtime_cap() {  # the runtime's allocation paths at the cap; the launch entry points it fetched are libslice's
   local trace=$logs/$check_name.libslice.log launches others
@@ -484,6 +588,12 @@ transformers_shares() {  # two tenants at 30/70, alone then together (frameworks
   [ $ra = 0 ] && [ $rb = 0 ] || { echo "a tenant failed (exit $ra and $rb)"; return 1; }
   python3 "$fw/transformers_shares.py" --judge "$at.a.out" "$at.b.out" --figures "$figures_file"
 }
+process_trace() {  # what a CUDA program sees of itself, with and without libslice (tests/shim/process_trace_test.py)
+  local dir=''
+  [ $dry_run = 1 ] && dir=$sim
+  # A real context takes about 500 MiB: a 2 GiB cap, and a request of 4 GiB past it.
+  python3 tests/shim/process_trace_test.py "$bin/process_trace" "$slice" "$dir" 2Gi 4096
+}
 clean_exits() {  # processes that end straight after launching: the watcher against the runtime's teardown
   local i f
   for i in 1 2 3 4 5; do
@@ -552,6 +662,12 @@ gpu_run() {
     skip checks-under-libslice "libslice failed its preflight (above): nothing under it was run"
     return
   fi
+  # Python under libslice: when it fails, everything below still runs, and the framework checks'
+  # failures are marked as following from it.
+  check preflight-python 150 python_preflight
+  case $last_status in PASS | SKIP) python_note='' ;; *) python_note="after preflight-python $last_status" ;; esac
+  # libslice leaves no trace in the process: the same program with and without it, compared.
+  check process-trace 120 process_trace
   # 1. cuGetProcAddress: the driver's own answers, then libslice's on this driver; every allocation
   #    path of the driver API at the cap, and on a card chosen by UUID.
   driver_checks
@@ -568,6 +684,7 @@ gpu_run() {
   # 5. A high-priority server beside a busy tenant.
   check priority 120 priority
   # 6. Real frameworks in this image's own python3, each under a cap (pyrun passes --timeout).
+  check_note=$python_note
   for m in caching expandable async; do
     check "torch-$m" 120 pyrun SLICE_TENANT="torch-$m" SLICE_MEMORY_LIMIT=$((4 << 30)) -- torch_checks.py --mode $m
   done
@@ -581,6 +698,7 @@ gpu_run() {
   check nvml-nvidia-smi 60 pyrun SLICE_TENANT=nvml SLICE_MEMORY_LIMIT=$((4 << 30)) -- nvml_check.py
   check two-processes-one-tenant 120 pyrun SLICE_TENANT=pair SLICE_MEMORY_LIMIT=$((8 << 30)) -- two_procs_one_tenant.py
   check percent-cap 90 pyrun SLICE_TENANT=percent SLICE_MEMORY_LIMIT=25% -- percent_cap.py
+  check_note=''
   # 7. Clean exits.
   check clean-exits 60 clean_exits
   # 8. The Kubernetes device plugin against the real NVML.
@@ -588,9 +706,11 @@ gpu_run() {
   else skip device-plugin-list "slice-device-plugin was not carried, or there is no nvidia-smi to compare with"; fi
   # 9. What slicectl says at the end.
   if [ -n "$slicectl" ]; then check status-json 30 status_json; else skip status-json "slicectl was not carried"; fi
-  # --bench: per-call costs alternately with and without libslice, the cap's accuracy, CPU.
+  # --bench: per-call costs alternately with and without libslice, the system calls libslice adds per
+  # call, the cap's accuracy, CPU.
   if [ $bench = 1 ]; then
     check bench-calls 180 calls
+    check bench-syscalls 120 syscalls
     if [ "$context_charged" = 1 ] && [ -n "$smi" ]; then check cap-accuracy 120 cap_accuracy
     else skip cap-accuracy "nvidia-smi cannot see this machine's processes (or is missing)"; fi
     check cpu 60 cpu
@@ -629,6 +749,7 @@ dry_check_selftest() {  # the check function on functions whose outcome is known
   st_timeout() { sleep 300 & echo $! > "$work/st-orphan.pid"; wait; }
   st_error() { echo "libslice[$$] error: a made-up error line"; }
   st_why() { echo 'RESULT {"check": "st", "status": "pass", "why": "the made-up reason"}'; }
+  st_crash() { echo "the line before the crash"; sh -c 'kill -SEGV $$'; }
   results=$work/selftest.tsv
   : > "$results"
   quiet=1
@@ -638,16 +759,26 @@ dry_check_selftest() {  # the check function on functions whose outcome is known
   check selftest-error-line 20 st_error
   check selftest-program 20 true
   check selftest-why 20 st_why
+  check selftest-crash 20 st_crash
+  check_note="after preflight-x FAIL"
+  check selftest-note 20 false
+  check selftest-note-pass 20 true
+  check_note=''
   deadline=$(($(date +%s) + 25))
   check selftest-out-of-time 20 true
   deadline=$saved_deadline results=$saved_results quiet=0
   for want in selftest-function:PASS selftest-skip:SKIP selftest-timeout:TIMEOUT selftest-error-line:FAIL \
-    selftest-program:PASS selftest-why:PASS selftest-out-of-time:SKIP; do
+    selftest-program:PASS selftest-why:PASS selftest-crash:FAIL selftest-note:FAIL selftest-note-pass:PASS \
+    selftest-out-of-time:SKIP; do
     got=$(awk -F'\t' -v n="${want%%:*}" '$1 == n {print $2}' "$work/selftest.tsv")
     [ "$got" = "${want#*:}" ] || wrong+=("${want%%:*} was ${got:-not recorded}, not ${want#*:}")
   done
   grep -q $'^selftest-why\t[A-Z]*\t[0-9.]*\tpass: the made-up reason$' "$work/selftest.tsv" || wrong+=("selftest-why's detail is not the RESULT's why")
   grep -q $'^selftest-out-of-time\tSKIP\t0\tout of time' "$work/selftest.tsv" || wrong+=("selftest-out-of-time is not SKIP \"out of time\"")
+  grep -q $'^selftest-crash\tFAIL\t[0-9.]*\tkilled by SIGSEGV (exit 139): the line before the crash$' "$work/selftest.tsv" ||
+    wrong+=("selftest-crash's detail does not name SIGSEGV and the line before")
+  grep -q $'^selftest-note\tFAIL\t[0-9.]*\t\\[after preflight-x FAIL\\] ' "$work/selftest.tsv" || wrong+=("selftest-note's detail does not start with the note")
+  ! grep -q $'^selftest-note-pass\t.*\\[after' "$work/selftest.tsv" || wrong+=("a check that passed was given the note")
   orphan=$(cat "$work/st-orphan.pid" 2> /dev/null)
   sleep 0.2
   # Alive: it exists and is no zombie (a killed child of a killed shell waits a moment to be reaped).
@@ -658,36 +789,69 @@ dry_check_selftest() {  # the check function on functions whose outcome is known
   fi
   cp "$work/selftest.tsv" "$logs/check-selftest.tsv"
   if [ ${#wrong[@]} = 0 ]; then
-    record check-selftest PASS $(($(date +%s) - t0)) "function checks run (variables, arrays, functions), time out as TIMEOUT with their children killed, SKIP at 3 and out of time, FAIL on a libslice error line; a RESULT's why is the detail"
+    record check-selftest PASS $(($(date +%s) - t0)) "function checks run (variables, arrays, functions), time out as TIMEOUT with their children killed, SKIP at 3 and out of time, FAIL on a libslice error line; a RESULT's why is the detail; a crash names its signal; a note marks failures only"
   else
     record check-selftest FAIL $(($(date +%s) - t0)) "$(printf '%s; ' "${wrong[@]}")"
   fi
+}
+stand_ins() {  # stand_ins RESULTS LOGS: this (sub)shell's GPU path runs on the stand-ins, in short
+  results=$1 figures_file=$1.figures logs=$2
+  bin=$work/fakes/bin fw=$work/fakes/frameworks smi=$work/fakes/bin/nvidia-smi slicectl=$work/fakes/bin/slicectl
+  plugin=$work/fakes/bin/slice-device-plugin slice=$work/fakes/libslice.so slice_ok=1 require_gpu=1 bench=1 quiet=1
+  plain=(env) under=(env FAKE_UNDER=1 SLICE_COORDINATOR_DIR="$coordinator") suffix=
+  share_kernels=(1000) share_lead_ms=300 neighbour_settle_s=0.2 lm_solo=0.1 lm_joint=0.2 lm_lead=0.1 bench_rounds=2
+  export FAKE_REAL_FRAMEWORKS=$repo/tests/gpu/frameworks
+  mkdir -p "$logs"
+  : > "$results"
+  : > "$figures_file"
 }
 dry_gpu_path() {  # the whole GPU path (gpu_run) on stand-ins, in a subshell: every check must PASS
   local fakes=$work/fakes t0 n bad
   t0=$(date +%s)
   mkdir -p "$fakes/bin" "$fakes/frameworks" "$logs/stand-ins"
   for p in preflight spin_share driver_cap procaddr_real procaddr_replay runtime_cap capture_threads bench_calls \
-    nvidia-smi slicectl slice-device-plugin; do
+    syscount process_trace nvidia-smi slicectl slice-device-plugin; do
     ln -s "$repo/tests/gpu/fakes/fake_program.sh" "$fakes/bin/$p"
   done
   for f in "$repo"/tests/gpu/frameworks/*.py; do
     [ "$(basename "$f")" = check_common.py ] || ln -s "$repo/tests/gpu/fakes/fake_framework.py" "$fakes/frameworks/$(basename "$f")"
   done
   (
-    results=$work/stand-ins.tsv figures_file=$work/stand-ins-figures.tsv logs=$logs/stand-ins
-    bin=$fakes/bin fw=$fakes/frameworks smi=$fakes/bin/nvidia-smi slicectl=$fakes/bin/slicectl
-    plugin=$fakes/bin/slice-device-plugin slice=$fakes/libslice.so slice_ok=1 require_gpu=1 bench=1 quiet=1
-    plain=(env) under=(env FAKE_UNDER=1 SLICE_COORDINATOR_DIR="$coordinator") suffix=
-    share_kernels=(1000) share_lead_ms=300 neighbour_settle_s=0.2 lm_solo=0.1 lm_joint=0.2 lm_lead=0.1 bench_rounds=2
-    export FAKE_REAL_FRAMEWORKS=$repo/tests/gpu/frameworks
-    : > "$results"
-    : > "$figures_file"
+    stand_ins "$work/stand-ins.tsv" "$logs/stand-ins"
     gpu_run
   )
   cp "$work/stand-ins.tsv" "$logs/stand-ins.tsv"
   n=$(wc -l < "$work/stand-ins.tsv")
   bad=$(awk -F'\t' '$2 != "PASS" {printf "%s %s (%s); ", $1, $2, substr($4, 1, 120)}' "$work/stand-ins.tsv")
+  # Python crashing under libslice, as on the first real GPU (every Python process that made a
+  # context): preflight-python names the step that crashed and its signal, the run goes on to its
+  # end, and each framework check's failure is marked as following from it.
+  (
+    stand_ins "$work/python-crash.tsv" "$logs/stand-ins-python-crash"
+    export FAKE_PYTHON_CRASH=cuda-bindings
+    gpu_run > /dev/null 2>&1
+  )
+  cp "$work/python-crash.tsv" "$logs/stand-ins-python-crash.tsv"
+  mkdir -p "$work/python-crash-summary"
+  cp "$work/python-crash.tsv" "$work/python-crash-summary/results.tsv"
+  local said
+  said=$(python3 tests/gpu/summarize.py "$work/python-crash-summary" gpu 2>&1)
+  grep -q '^  and 11 later failures marked \[after preflight-python FAIL\]: torch-caching, ' <<< "$said" ||
+    bad+="Python crashing: the summary does not name preflight-python as the first cause; "
+  bad+=$(awk -F'\t' -v rows="$n" '
+    $1 == "preflight-python" {
+      seen = 1
+      if ($2 != "FAIL" || index($4, "cuda-bindings: killed by SIGSEGV (exit 139); passed: ctypes, torch") != 1)
+        printf "Python crashing: preflight-python %s (%s); ", $2, $4
+      next
+    }
+    $2 == "FAIL" && index($4, "[after preflight-python FAIL] ") == 1 { marked++; next }
+    $2 != "PASS" { printf "Python crashing: %s %s (%s); ", $1, $2, substr($4, 1, 120) }
+    END {
+      if (!seen) printf "Python crashing: no preflight-python row; "
+      if (marked != 11) printf "Python crashing: %d framework checks marked as following preflight-python, not 11; ", marked
+      if (NR != rows) printf "Python crashing: %d checks, not the %d of the run without; ", NR, rows
+    }' "$work/python-crash.tsv")
   # And a machine without a GPU: a SKIP and nothing more, or with --require-gpu a failure.
   local required got
   for required in 0 1; do
@@ -704,10 +868,10 @@ dry_gpu_path() {  # the whole GPU path (gpu_run) on stand-ins, in a subshell: ev
       *) bad+="no GPU with require_gpu=$required recorded '$got'; " ;;
     esac
   done
-  if [ -z "$bad" ] && [ "$n" -ge 30 ]; then  # 30: --bench, and the shares of 1 ms kernels only
-    record gpu-path-on-stand-ins PASS $(($(date +%s) - t0)) "all $n checks of the GPU path (--bench) PASS on stand-in programs (functions, arguments, files, judgements); no GPU: SKIP, or FAIL with --require-gpu"
+  if [ -z "$bad" ] && [ "$n" -ge 32 ]; then  # 32: --bench, and the shares of 1 ms kernels only
+    record gpu-path-on-stand-ins PASS $(($(date +%s) - t0)) "all $n checks of the GPU path (--bench) PASS on stand-in programs (functions, arguments, files, judgements); no GPU: SKIP, or FAIL with --require-gpu; Python crashing: preflight-python names the step, the rest runs, 11 framework failures marked"
   else
-    record gpu-path-on-stand-ins FAIL $(($(date +%s) - t0)) "$n checks; not PASS: ${bad:-none, but fewer than 30 checks}"
+    record gpu-path-on-stand-ins FAIL $(($(date +%s) - t0)) "$n checks; not PASS: ${bad:-none, but fewer than 32 checks}"
     awk -F'\t' '$2 != "PASS"' "$work/stand-ins.tsv" | cut -c1-300 | sed 's/^/    /'
   fi
 }
@@ -716,12 +880,22 @@ if [ $dry_run = 1 ]; then
   dry_check_selftest
   check spin-share-arguments 30 dry_spin_args
   check judgements 60 python3 tests/gpu/judge.py selftest
+  # The system call counter on its probe, whose calls are known (judge.py syscount-probe).
+  check syscount-selftest 30 syscount_selftest
   dry_gpu_path
   if [ -e "$sim/libcuda.so.1" ] && [ $slice_ok = 1 ]; then
     check preflight-simulated 60 "${under[@]}" SLICE_TENANT=preflight "$bin/preflight"
     uuid0=$(sed -n 's/^device0=[^|]*|\([^|]*\)|.*/\1/p' "$logs/preflight-simulated.log")
+    # The Python preflight itself (not a stand-in) on the simulated GPU: with build/venv's python,
+    # which has cuda-bindings; torch is not here (--allow-missing).
+    [ -x "$repo/build/venv/bin/python3" ] && python=$repo/build/venv/bin/python3
+    python_flags=(--allow-missing)
+    check preflight-python-simulated 60 python_preflight
+    python=python3 python_flags=(${flags[@]+"${flags[@]}"})
+    check process-trace-simulated 60 process_trace
     driver_checks
     check bench-calls-simulated 60 calls
+    check bench-syscalls-simulated 60 syscalls
     if [ -n "$slicectl" ]; then
       check status-json-simulated 30 status_json
       tenant_seen_bench() { tenant_seen bench-calls; }

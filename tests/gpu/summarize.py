@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """tests/gpu/run.sh's summary: reads the checks' results (results.tsv: name, status, seconds, detail)
 and the figures (figures.tsv: section, name, value, unit), prints one table, and writes summary.json.
+A preflight that failed (preflight-*) is named again after the table with the later failures marked
+as following from it ("[after NAME FAIL] ..." in their detail), so that the cause comes first.
 Usage: summarize.py OUT_DIR MODE [ELAPSED_S BUDGET_S]   (MODE: gpu or dry-run)
 Exit status: 1 when a check failed or timed out, else 0."""
 import json
@@ -41,11 +43,20 @@ def main():
                 print(f"[{section}]")
             print(f"  {f['name']:<42} {f['value']:>12}  {f['unit']}")
     failed = counts["FAIL"] + counts["TIMEOUT"]
+    causes = []
+    for r in results:
+        if r["check"].startswith("preflight") and r["status"] in ("FAIL", "TIMEOUT"):
+            mark = f"[after {r['check']} {r['status']}]"
+            following = [x["check"] for x in results if x["detail"].startswith(mark)]
+            causes.append({"check": r["check"], "status": r["status"], "detail": r["detail"], "followed_by": following})
+            print(f"\nfirst cause: {r['check']} {r['status']}: {r['detail'][:300]}")
+            if following:
+                print(f"  and {len(following)} later failures marked {mark}: {', '.join(following)}")
     print(f"\n{counts['PASS']} passed, {counts['FAIL']} failed, {counts['TIMEOUT']} timed out, {counts['SKIP']} skipped"
           + (f" in {elapsed:.0f} s" if elapsed is not None else ""))
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump({"mode": mode, "ok": failed == 0, "counts": counts, "elapsed_s": elapsed, "budget_s": budget,
-                   "checks": results, "figures": figures}, f, indent=1)
+                   "preflight_failures": causes, "checks": results, "figures": figures}, f, indent=1)
     return 1 if failed else 0
 
 

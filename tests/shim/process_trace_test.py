@@ -6,8 +6,8 @@ C library, the program's pthread keys untouched, nothing inherited by a child).
 
   process_trace_test.py PROCESS_TRACE LIBSLICE DRIVER_DIR [CAP LARGE_MIB]
 
-DRIVER_DIR goes on LD_LIBRARY_PATH: the simulated GPU's folder here; on a real GPU (tests/gpu/run.sh)
-the driver's, with a cap that fits a real context (CAP, default 256Mi) and a request past it
+DRIVER_DIR goes first on LD_LIBRARY_PATH: the simulated GPU's folder here; on a real GPU
+(tests/gpu/run.sh) "", the path as the environment has it, with a cap that fits a real context (CAP, default 256Mi) and a request past it
 (LARGE_MIB, default 512)."""
 import os
 import subprocess
@@ -22,7 +22,8 @@ failures = []
 
 def run(preload):
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLICE_") or k in ("SLICE_COORDINATOR_DIR",)}
-    env["LD_LIBRARY_PATH"] = driver_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
+    if driver_dir:
+        env["LD_LIBRARY_PATH"] = driver_dir + (":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else "")
     env["PROCESS_TRACE_LARGE_MIB"] = large_mib
     env.pop("LD_PRELOAD", None)
     if preload:

@@ -4,10 +4,14 @@ run.sh links each check's name to this file in a folder of its own and runs its 
 It checks what the orchestrator must pass (a --timeout inside the check's limit, the tenant and its
 cap in the environment), and prints the RESULT line the real check would. As transformers_shares.py
 it follows the real ready-file and plan protocol, reporting token rates that follow its share; its
---make-plan and --judge are the real script's (FAKE_REAL_FRAMEWORKS names that folder)."""
+--make-plan and --judge are the real script's (FAKE_REAL_FRAMEWORKS names that folder).
+FAKE_PYTHON_CRASH=STEP: as on the first real GPU, every check dies of SIGSEGV, and so does
+python_preflight.py's step STEP (its others pass)."""
 import json
 import os
+import resource
 import runpy
+import signal
 import sys
 import time
 
@@ -38,6 +42,14 @@ if not os.environ.get("SLICE_TENANT"):
     result("fail", "no SLICE_TENANT in the environment", 1)
 if os.environ.get("FAKE_UNDER") != "1":
     result("fail", "not run under (the stand-in of) libslice", 1)
+if name == "python_preflight.py" and not os.environ.get("SLICE_MEMORY_LIMIT", "").isdigit():
+    result("fail", "the orchestrator set no cap in bytes (SLICE_MEMORY_LIMIT)", 1)
+
+crash = os.environ.get("FAKE_PYTHON_CRASH")
+if crash and (name != "python_preflight.py" or arg("--step") == crash):
+    print(f"calling cuDevicePrimaryCtxRetain (stand-in: crashing, FAKE_PYTHON_CRASH={crash})", flush=True)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file left behind
+    os.kill(os.getpid(), signal.SIGSEGV)
 
 if name == "transformers_shares.py":
     ready, plan_file, who = arg("--ready-file"), arg("--plan-file"), arg("--name")

@@ -54,7 +54,7 @@ case $me in
     [ "${2:-}" = --answers ] && printf 'cuInit\t2000\t0\t25880\n' > "$3"
     echo "procaddr_real: 440 rows, 440 at the exported address, 0 at another address, 0 wrong" ;;
   procaddr_replay)
-    echo "440 rows: 74 libslice wrappers, 336 driver's own, 30 not found; 0 failures" ;;
+    echo "440 rows: 74 libslice wrappers, 365 driver's own, 1 not found; 0 failures" ;;
   runtime_cap)
     for f in cuLaunchKernel cuLaunchKernelEx cuGraphLaunch; do
       echo "libslice[$$] trace: cuGetProcAddress: $f (12000, 0) -> $f, libslice's wrapper"
@@ -62,7 +62,36 @@ case $me in
     echo "libslice[$$] trace: cuGetProcAddress: cuLaunchHostFunc (10000, 0) -> cuLaunchHostFunc, the driver's" >> "${SLICE_LOG_FILE:-/dev/stderr}"
     echo PASS ;;
   capture_threads) echo "captures_ok=3"; echo "replays_ok=3"; echo PASS ;;
-  bench_calls) printf 'launch_ns=2000\nalloc_free_ns=5000\n' ;;
+  bench_calls)
+    if [ "${1:-}" = --count ]; then
+      # Traced by the stand-in syscount: the calls it would count, libslice's (FAKE_UNDER) included.
+      n=$2 extra=0
+      [ "${FAKE_UNDER:-0}" = 1 ] && extra=$n
+      printf 'count_launches=%s\ncount_pairs=%s\n' "$n" "$n"
+      if [ -n "${FAKE_SYSCOUNT_REPORT:-}" ]; then
+        printf 'threads=2\nmarkers=4\ncalls 0 main 16 900\ncalls 1 main 228 %s\ncalls 3 main 16 %s\ncalls 1 other 202 3\n' \
+          $((extra + 1)) $((2 * n)) >> "$FAKE_SYSCOUNT_REPORT"
+      fi
+    else
+      printf 'launch_ns=2000\nalloc_free_ns=5000\n'
+    fi ;;
+  syscount)
+    if [ "${1:-}" = --probe ]; then
+      # The probe's known calls, as the real counter reports them.
+      printf 'getppid_nr=110\ngetuid_nr=102\nprobe_n=%s\n' "$2"
+      printf 'threads=2\nmarkers=3\ncalls 0 main 59 1\ncalls 1 main 110 %s\ncalls 1 main 102 %s\n' "$2" $(($2 / 2)) \
+        >> "${FAKE_SYSCOUNT_REPORT:?the probe runs under syscount}"
+      printf 'calls 2 other 110 %s\ncalls 3 main 234 1\ncalls 3 main 15 1\n' "$2" >> "$FAKE_SYSCOUNT_REPORT"
+      exit 7
+    fi
+    [ "${1:-}" = -o ] && [ "${3:-}" = -- ] && [ $# -gt 3 ] || { echo "fake syscount: bad arguments: $*" >&2; exit 2; }
+    report=$2
+    shift 3
+    echo "method=stand-in" > "$report"
+    FAKE_SYSCOUNT_REPORT=$report "$@"
+    rc=$?
+    echo "exit_status=$rc" >> "$report"
+    exit $rc ;;
   nvidia-smi)
     case "$*" in
       -L) echo "GPU 0: FAKE H200 (UUID: $uuid)" ;;
@@ -81,5 +110,20 @@ case $me in
     per=$((total / 4 >> 20 << 20))
     echo "GPU 0 $uuid FAKE H200: $total bytes, 4 slices of $per bytes and 25%"
     for k in 0 1 2 3; do echo "  $uuid::$k"; done ;;
+  process_trace)
+    # What process_trace_test.py reads: the same observations with and without libslice (told by
+    # LD_PRELOAD), but the refusal and, from the launch on, the watcher thread.
+    if [ "${1:-}" = --fds ]; then printf 'exec\tinherited descriptors\t\n'; exit 0; fi
+    [ -n "${LD_PRELOAD:-}" ] && under=1 || under=0
+    for step in start cuInit context allocation refusal reconciliation launch nvml end; do
+      threads="1: process_trace"
+      case $step in launch | nvml | end) [ $under = 1 ] && threads="2: process_trace slice-watcher" ;; esac
+      printf '%s\t%s\t%s\n' "$step" "libc copies" 1 "$step" "key made first, never set" 0x0 \
+        "$step" "key made first, set" 0x5eed "$step" threads "$threads" "$step" "inheritable descriptors" ""
+    done
+    printf 'refusal\tresult of cuMemAlloc_v2\t%s\n' $((under * 2))
+    printf 'exec\tinherited descriptors\t\n'
+    printf 'fork\t%s\texit 0\n' "child that exits" "child that calls the driver"
+    printf 'faults\t%s\t1\n' "handler installed before CUDA ran" "handler installed after CUDA ran" ;;
   *) echo "fake_program.sh: no stand-in for $me" >&2; exit 2 ;;
 esac
