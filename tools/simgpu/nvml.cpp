@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -120,6 +121,15 @@ nvmlReturn_t init(const char* function = __builtin_FUNCTION()) {
   simgpu::nvml_thread_call(function);
   std::lock_guard<std::mutex> lk(g_mu);
   if (nvmlReturn_t r = attach_locked()) return r;
+  // Starting NVML (the count leaving zero) takes milliseconds on a real GPU (11 ms the first time on
+  // an H200, about 2 ms later); SIMGPU_NVML_START_US makes the simulated start as slow.
+  if (g_init_count == 0) {
+    static const long start_us = [] {
+      const char* v = std::getenv("SIMGPU_NVML_START_US");
+      return v != nullptr ? std::strtol(v, nullptr, 10) : 0L;
+    }();
+    if (start_us > 0) usleep(static_cast<useconds_t>(start_us));
+  }
   ++g_init_count;
   return NVML_SUCCESS;
 }
