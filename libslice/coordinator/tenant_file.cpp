@@ -73,6 +73,21 @@ void initialize(TenantFile* f, const std::string& name) {
   for (std::uint64_t& m : f->header.registered.memory_bytes) m = kNoLimit;  // zero would be a cap of 0
 }
 
+// Whether every memory meter in the file still reads as in `copy` (its counters, not the time of
+// its next sample).
+bool meters_unchanged(int fd, const TenantFile& copy) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    const MemoryMeter& was = copy.usage[d].memory;
+    std::uint64_t now[2];
+    const off_t at = static_cast<off_t>(offsetof(TenantFile, usage) + d * sizeof(UsageRecord) +
+                                        offsetof(UsageRecord, memory) + offsetof(MemoryMeter, units));
+    static_assert(offsetof(MemoryMeter, fraction) == offsetof(MemoryMeter, units) + sizeof(std::uint64_t));
+    if (pread(fd, now, sizeof now, at) != static_cast<ssize_t>(sizeof now)) return false;
+    if (now[0] != was.units.load() || now[1] != was.fraction.load()) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::uint64_t monotonic_ns() {
@@ -232,17 +247,24 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
     void* copy = ::operator new (sizeof(TenantFile), std::align_val_t{alignof(TenantFile)});
     h->file_ = static_cast<TenantFile*>(copy);
     h->copied_ = true;
-    // The usage records first, the rest after: a process that integrates its memory meanwhile is
-    // then either in the meter and its slot's stamp both, or in neither yet, never in the meter
-    // and also pending from its old stamp (a reader would count it twice, and the next reading
-    // would go down: a counter reset to Prometheus).
+    // The usage records first, the rest after, then the memory meters again, until they are the
+    // same before and after. A process integrates its memory by first moving its slot's stamp, then
+    // adding to the meter (usage_meter.h): read in this order, an integration between the two reads
+    // would be neither in the meter nor pending from the stamp, and the reading would go down by up
+    // to a second of that process's memory (a counter reset to Prometheus; seen in CI). With the
+    // meters unchanged around the read of the stamps, only a process stopped between its two
+    // stores for the whole read can still hide one interval, and the next reading has it again.
     constexpr std::size_t kUsageAt = offsetof(TenantFile, usage);
+    constexpr int kAttempts = 8;  // then the last reading, as good as one read: never a failure
     auto* bytes = static_cast<unsigned char*>(copy);
-    if (pread(fd, bytes + kUsageAt, sizeof(TenantFile) - kUsageAt, kUsageAt) !=
-            static_cast<ssize_t>(sizeof(TenantFile) - kUsageAt) ||
-        pread(fd, bytes, kUsageAt, 0) != static_cast<ssize_t>(kUsageAt) || !header_valid(h->file_->header, name)) {
-      error = path + " changed while it was read";
-      return nullptr;
+    for (int attempt = 1;; ++attempt) {
+      if (pread(fd, bytes + kUsageAt, sizeof(TenantFile) - kUsageAt, kUsageAt) !=
+              static_cast<ssize_t>(sizeof(TenantFile) - kUsageAt) ||
+          pread(fd, bytes, kUsageAt, 0) != static_cast<ssize_t>(kUsageAt) || !header_valid(h->file_->header, name)) {
+        error = path + " changed while it was read";
+        return nullptr;
+      }
+      if (attempt == kAttempts || meters_unchanged(fd, *h->file_)) break;
     }
     return h;
   }

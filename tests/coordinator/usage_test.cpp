@@ -2,7 +2,10 @@
 // overflow over years, claims by compare-and-swap), the hourly samples and the lookup of a past
 // moment (between samples, before the oldest, after the newest, untrusted samples), the --since
 // parser, and a coordinator whose memory held for a measured time accrues about used x time and
-// keeps it after the process leaves, until the tenant is removed (never under a live process).
+// keeps it after the process leaves, until the tenant is removed (never under a live process), and
+// a reading that never goes down while the process integrates.
+#include <algorithm>
+#include <atomic>
 #include <random>
 
 #include "test_support.h"
@@ -240,6 +243,44 @@ TEST_F(Metering, MemoryHeldAccruesUsedTimesTimeAndStaysAfterTheProcessLeaves) {
   auto fresh = join("billing", std::nullopt);
   ASSERT_NE(fresh, nullptr);
   EXPECT_EQ(gpu_of(read_coordinator(dir_, policy_dir_, error), "billing")->memory_byte_seconds_total, 0.0);
+}
+
+// A reader must never see the total go down (to Prometheus, a counter reset): the process
+// integrates its memory (moves its slot's stamp, then adds to the meter) while tools read the file.
+// The CI run that failed read the meter before an integration and the stamp after it: a second of
+// the tenant's memory missing from `slicectl usage`, and back in the next reading.
+TEST_F(Metering, AReadingNeverGoesDownWhileTheProcessIntegrates) {
+  using Clock = std::chrono::steady_clock;
+  auto c = join("steady", std::nullopt);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->reserve(0, GiB));
+  std::atomic<bool> stop{false};
+  // Each change integrates what was held since the last one (once per tick of the coarse clock).
+  std::thread changes([&] {
+    while (!stop.load()) {
+      if (c->reserve(0, 4096)) c->release(0, 4096);
+    }
+  });
+  std::string error;
+  double last = 0;
+  int readings = 0, lower = 0;
+  std::string first_drop;
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  while (Clock::now() < until) {
+    const TenantGpuView* g = gpu_of(read_coordinator(dir_, policy_dir_, error), "steady");
+    ASSERT_NE(g, nullptr) << error;
+    ++readings;
+    if (g->memory_byte_seconds_total < last) {
+      if (lower++ == 0)
+        first_drop = std::to_string(last / GiB) + " GiB-s, then " + std::to_string(g->memory_byte_seconds_total / GiB);
+    }
+    last = std::max(last, g->memory_byte_seconds_total);
+  }
+  stop.store(true);
+  changes.join();
+  c->release(0, GiB);
+  EXPECT_GT(readings, 100);
+  EXPECT_EQ(lower, 0) << lower << " of " << readings << " readings went down, first: " << first_drop;
 }
 
 TEST_F(Metering, RemoveNeverPullsTheFileFromUnderALiveProcess) {
