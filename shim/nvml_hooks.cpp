@@ -28,7 +28,8 @@ constexpr nvmlReturn_t kNvmlFailedClosed = NVML_ERROR_INVALID_ARGUMENT;
 std::string uuid_of(nvmlDevice_t device) {
   char uuid[96] = {};
   const auto get = SLICE_REAL(nvmlDeviceGetUUID);
-  if (get == nullptr || get(device, uuid, sizeof uuid - 1) != NVML_SUCCESS) return {};
+  if (get == nullptr || nvml_call(get, device, uuid, static_cast<unsigned int>(sizeof uuid - 1)) != NVML_SUCCESS)
+    return {};
   return uuid;
 }
 
@@ -90,6 +91,7 @@ bool tenant_known() {
 
 // The application's init: counted apart from libslice's own reference (nvml_use.h).
 nvmlReturn_t nvml_init(NvmlInit which, unsigned int flags) {
+  if (inside_nvml()) return application_nvml_init(which, flags);  // NVML calling itself: straight through
   if (session_config() == nullptr) {
     start_session();  // writes the one error line and fails closed, without touching the driver
     return kNvmlFailedClosed;
@@ -100,6 +102,7 @@ nvmlReturn_t nvml_init(NvmlInit which, unsigned int flags) {
 // The driver's list, of any process-info layout, filtered to the tenant's processes.
 template <typename Info, typename Call>
 nvmlReturn_t tenant_processes(unsigned int* count, Info* infos, Call&& call) {
+  if (inside_nvml()) return call(count, infos);  // NVML calling itself: straight through
   if (session_state() == SessionState::failed) return kNvmlFailedClosed;
   if (disabled() || count == nullptr || !tenant_known()) return call(count, infos);
   std::vector<Info> all(64);
@@ -147,8 +150,9 @@ namespace {
 template <typename Memory, typename Fn>
 nvmlReturn_t slice_memory_info(Fn real, nvmlDevice_t device, Memory* memory) {
   if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
+  if (inside_nvml()) return real(device, memory);  // NVML calling itself: straight through
   if (session_state() == SessionState::failed) return kNvmlFailedClosed;
-  const nvmlReturn_t rc = real(device, memory);
+  const nvmlReturn_t rc = nvml_call(real, device, memory);
   SliceMemory m;
   if (rc != NVML_SUCCESS || memory == nullptr || disabled() || !slice_for(device, memory->total, memory->free, m))
     return rc;
@@ -175,12 +179,13 @@ nvmlReturn_t slice::shim::memory_info(nvmlDevice_t device, nvmlMemory_v2_t* memo
 nvmlReturn_t slice::shim::running_processes(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_t* infos,
                                             decltype(&::nvmlDeviceGetComputeRunningProcesses_v3) real) {
   if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
-  return tenant_processes(count, infos, [&](unsigned int* n, nvmlProcessInfo_t* out) { return real(device, n, out); });
+  return tenant_processes(count, infos,
+                          [&](unsigned int* n, nvmlProcessInfo_t* out) { return nvml_call(real, device, n, out); });
 }
 
 nvmlReturn_t slice::shim::running_processes(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos,
                                             decltype(&::nvmlDeviceGetComputeRunningProcesses) real) {
   if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
   return tenant_processes(count, infos,
-                          [&](unsigned int* n, nvmlProcessInfo_v1_t* out) { return real(device, n, out); });
+                          [&](unsigned int* n, nvmlProcessInfo_v1_t* out) { return nvml_call(real, device, n, out); });
 }

@@ -1,11 +1,8 @@
 #include "nvml_use.h"
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <mutex>
-#include <new>
 #include <vector>
 
 #include "keep_errno.h"
@@ -20,72 +17,70 @@ namespace {
 // microseconds on the simulated GPU).
 constexpr std::uint64_t kCostlyStartNs = 1'000'000;
 
+// No lock: NVML's own count keeps it started while a look holds a reference, and NVML's entry
+// points may call one another through the dynamic linker, that is through libslice's hooks, from
+// inside a call libslice made (a lock held across it would never be let go).
 struct NvmlState {
-  // Orders libslice's looks against the application's inits and shutdowns. Re-made in a forked
-  // child (another thread may have held it at the fork).
-  std::mutex mu;
-  int application_refs = 0;  // the application's successful inits less its shutdowns
-  int own_refs = 0;          // references of libslice's looks, each given back when its look ends
-  bool unavailable = false;  // libslice's own nvmlInit failed once: it does not try again
-  // Read without the lock by nvml_looks_costly: the application's count, and how long libslice's
-  // last start of NVML took.
-  std::atomic<int> application_refs_seen{0};
-  std::atomic<std::uint64_t> last_start_ns{0};
+  std::atomic<int> application_refs{0};  // the application's successful inits less its shutdowns
+  // References of libslice's looks: counted before the look's nvmlInit and after its nvmlShutdown,
+  // so that an application's extra shutdown meanwhile is refused, never given the look's.
+  std::atomic<int> own_refs{0};
+  std::atomic<bool> unavailable{false};         // libslice's own nvmlInit failed once: it does not try again
+  std::atomic<std::uint64_t> last_start_ns{0};  // how long libslice's last nvmlInit took
 };
 
 // Made on first use, never destroyed (a hook may measure while the process exits).
 NvmlState& state() {
-  static NvmlState* s = [] {
-    pthread_atfork(nullptr, nullptr, [] { new (&state().mu) std::mutex(); });
-    return new NvmlState();
-  }();
+  static NvmlState* s = new NvmlState();
   return *s;
 }
 
+thread_local int t_inside_nvml = 0;
+
 }  // namespace
+
+InsideNvml::InsideNvml() noexcept { ++t_inside_nvml; }
+InsideNvml::~InsideNvml() { --t_inside_nvml; }
+bool inside_nvml() noexcept { return t_inside_nvml != 0; }
 
 NvmlLook::NvmlLook() {
   const KeepErrno keep;
   NvmlState& n = state();
-  std::lock_guard<std::mutex> lock(n.mu);
-  if (n.application_refs > 0 || n.unavailable) return;
   const auto init = SLICE_REAL(nvmlInit_v2);
-  if (init == nullptr || SLICE_REAL(nvmlShutdown) == nullptr) return;
+  if (n.unavailable.load(std::memory_order_relaxed) || init == nullptr || SLICE_REAL(nvmlShutdown) == nullptr) return;
+  n.own_refs.fetch_add(1);
   const std::uint64_t start = monotonic_ns();
-  const nvmlReturn_t rc = init();
+  const nvmlReturn_t rc = nvml_call(init);
   n.last_start_ns.store(monotonic_ns() - start, std::memory_order_relaxed);
   if (rc != NVML_SUCCESS) {
-    n.unavailable = true;
-    log::info("libslice could not start NVML (nvmlInit_v2: " + std::to_string(rc) +
-              "): it measures no context memory and reconciles nothing with the driver");
+    n.own_refs.fetch_sub(1);
+    if (!n.unavailable.exchange(true))
+      log::info("libslice could not start NVML (nvmlInit_v2: " + std::to_string(rc) +
+                "): it measures no context memory and reconciles nothing with the driver");
     return;
   }
   own_ref_ = true;
-  ++n.own_refs;
 }
 
 NvmlLook::~NvmlLook() {
   if (!own_ref_) return;
   const KeepErrno keep;
-  NvmlState& n = state();
-  std::lock_guard<std::mutex> lock(n.mu);
-  SLICE_REAL(nvmlShutdown)();
-  --n.own_refs;
+  nvml_call(SLICE_REAL(nvmlShutdown));
+  state().own_refs.fetch_sub(1);
 }
 
 std::optional<std::uint64_t> NvmlLook::process_memory(const std::string& uuid) {
+  if (!own_ref_) return std::nullopt;  // NVML did not start
   const KeepErrno keep;
-  NvmlState& n = state();
-  std::lock_guard<std::mutex> lock(n.mu);                         // the application's nvmlShutdown waits for the look
-  if (!own_ref_ && n.application_refs == 0) return std::nullopt;  // NVML is not started
   const auto by_uuid = SLICE_REAL(nvmlDeviceGetHandleByUUID);
   const auto processes = SLICE_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
   nvmlDevice_t device = nullptr;
-  if (by_uuid == nullptr || processes == nullptr || by_uuid(uuid.c_str(), &device) != NVML_SUCCESS) return std::nullopt;
+  if (by_uuid == nullptr || processes == nullptr || nvml_call(by_uuid, uuid.c_str(), &device) != NVML_SUCCESS)
+    return std::nullopt;
   std::vector<nvmlProcessInfo_t> infos(64);
   for (;;) {
     unsigned int count = static_cast<unsigned int>(infos.size());
-    const nvmlReturn_t rc = processes(device, &count, infos.data());
+    const nvmlReturn_t rc = nvml_call(processes, device, &count, infos.data());
     if (rc == NVML_ERROR_INSUFFICIENT_SIZE && count > infos.size()) {
       infos.resize(count + 16);  // processes came meanwhile
       continue;
@@ -102,7 +97,7 @@ std::optional<std::uint64_t> NvmlLook::process_memory(const std::string& uuid) {
 
 bool nvml_looks_costly() noexcept {
   const NvmlState& n = state();
-  return n.application_refs_seen.load(std::memory_order_relaxed) == 0 &&
+  return n.application_refs.load(std::memory_order_relaxed) == 0 &&
          n.last_start_ns.load(std::memory_order_relaxed) > kCostlyStartNs;
 }
 
@@ -113,27 +108,28 @@ nvmlReturn_t application_nvml_init(NvmlInit which, unsigned int flags) noexcept 
   if ((which == NvmlInit::v1 && v1 == nullptr) || (which == NvmlInit::v2 && v2 == nullptr) ||
       (which == NvmlInit::with_flags && with_flags == nullptr))
     return NVML_ERROR_LIBRARY_NOT_FOUND;
-  const auto call = [&] { return which == NvmlInit::v1 ? v1() : which == NvmlInit::v2 ? v2() : with_flags(flags); };
-  if (disabled()) return call();  // libslice looks at nothing: nothing to count
-  NvmlState& n = state();
-  std::lock_guard<std::mutex> lock(n.mu);  // a look never sees NVML half started
-  const nvmlReturn_t rc = call();
-  if (rc == NVML_SUCCESS) n.application_refs_seen.store(++n.application_refs, std::memory_order_relaxed);
+  // Not counted: a call NVML makes of itself from inside one already counted or of libslice's own,
+  // or any with SLICE_DISABLE (libslice looks at nothing then).
+  const bool counted = !inside_nvml() && !disabled();
+  const nvmlReturn_t rc = nvml_call([&] {
+    return which == NvmlInit::v1 ? v1() : which == NvmlInit::v2 ? v2() : with_flags(flags);
+  });
+  if (rc == NVML_SUCCESS && counted) state().application_refs.fetch_add(1);
   return rc;
 }
 
 nvmlReturn_t application_nvml_shutdown() noexcept {
   const auto shutdown = SLICE_REAL(nvmlShutdown);
   if (shutdown == nullptr) return NVML_ERROR_UNINITIALIZED;
-  if (disabled()) return shutdown();
+  if (inside_nvml() || disabled()) return shutdown();
   NvmlState& n = state();
-  std::lock_guard<std::mutex> lock(n.mu);  // never under a look
+  int refs = n.application_refs.load();
+  while (refs > 0 && !n.application_refs.compare_exchange_weak(refs, refs - 1)) {
+  }
   // One shutdown more than its inits: NVML answers that when its count is zero. Passed on while a
   // look holds a reference, it would take the look's.
-  if (n.application_refs == 0 && n.own_refs > 0) return NVML_ERROR_UNINITIALIZED;
-  const nvmlReturn_t rc = shutdown();
-  if (n.application_refs > 0) n.application_refs_seen.store(--n.application_refs, std::memory_order_relaxed);
-  return rc;
+  if (refs == 0 && n.own_refs.load() > 0) return NVML_ERROR_UNINITIALIZED;
+  return nvml_call(shutdown);
 }
 
 }  // namespace slice::shim

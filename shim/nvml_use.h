@@ -8,16 +8,21 @@
 // NVML counts nvmlInit and nvmlShutdown, and the application must see NVML as it would without
 // libslice: a call before its first nvmlInit or after its last nvmlShutdown fails with
 // NVML_ERROR_UNINITIALIZED, and an extra nvmlShutdown of its own cannot take a reference of
-// libslice's. So libslice never keeps a reference the application does not hold:
-// - the application's inits and shutdowns pass through here (nvml_hooks.cpp) and are counted;
-// - where the application holds NVML, libslice looks through it (about 10 us on the H200), under a
-//   lock that the application's nvmlShutdown also takes, so NVML never ends under a look;
-// - where it does not, a look starts NVML and ends it again (about 11 ms the first time in a
-//   process, about 5 ms once a context exists, on the H200): a context's creation is measured so,
-//   and where that start took more than a millisecond, reconciliation looks ten times less often
+// libslice's. So libslice never keeps a reference beyond a look:
+// - each look (NvmlLook) takes a reference of its own with nvmlInit_v2 and gives it back with
+//   nvmlShutdown: about 4 us where NVML is started already (the application holds it), else a start
+//   and an end (about 11 ms the first time in a process, about 5 ms once a context exists, on the
+//   H200); a context's creation is measured so, and where the last start took more than a
+//   millisecond and the application holds none, reconciliation looks ten times less often
 //   (nvml_looks_costly);
-// - an nvmlShutdown of the application's beyond its inits is answered NVML_ERROR_UNINITIALIZED
-//   without reaching NVML while a look holds a reference (NVML answers that for a count of zero).
+// - the application's inits and shutdowns pass through here (nvml_hooks.cpp) and are counted; one
+//   of its shutdowns beyond its inits is answered NVML_ERROR_UNINITIALIZED without reaching NVML
+//   while a look holds a reference (NVML answers that for a count of zero);
+// - no lock is held across a call into NVML: NVML's entry points may call one another through the
+//   dynamic linker, that is through libslice's hooks (the simulated NVML's do; tests/gpu/run.sh's
+//   nvml-reentry tells for the real one). Such a call, made from inside a call that libslice's hooks
+//   or looks made (InsideNvml), passes straight through, uncounted and unchanged. (A lock held
+//   across nvmlInit_v2 hung every process at its first context on the H200, 2026-12-04.)
 // What remains visible: while a look holds NVML started (a context's creation, a reconciliation),
 // NVML answers another thread of the application that calls it without nvmlInit; and NVML's
 // first start leaves its own thread, descriptors (close-on-exec) and one pthread key in a process
@@ -58,6 +63,22 @@ class NvmlLook {
 // True when a look now costs an NVML start and end (the application holds no reference) and the
 // last start took more than a millisecond.
 bool nvml_looks_costly() noexcept;
+
+// Marks the calling thread as inside a call into NVML that libslice made (a hook's or a look's):
+// NVML's calls of its own entry points, which reach libslice's hooks, pass straight through.
+class InsideNvml {
+ public:
+  InsideNvml() noexcept;
+  ~InsideNvml();
+  InsideNvml(const InsideNvml&) = delete;
+  InsideNvml& operator=(const InsideNvml&) = delete;
+};
+bool inside_nvml() noexcept;
+template <typename Fn, typename... Args>
+auto nvml_call(Fn fn, Args... args) {
+  const InsideNvml inside;
+  return fn(args...);
+}
 
 // The application's nvmlInit, nvmlInit_v2 or nvmlInitWithFlags(flags), and its nvmlShutdown, made
 // and counted as above. NVML_ERROR_LIBRARY_NOT_FOUND where NVML is not installed.

@@ -1,6 +1,7 @@
 // libnvidia-ml.so.1 of the simulated machine: devices, memory, running processes and utilization,
 // all read from the same shared state the simulated driver writes. The queries it does not model
 // (clocks, thermals, power, ECC, MIG...) are in nvml_unmodelled.cpp.
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -139,8 +140,19 @@ nvmlReturn_t init(const char* function = __builtin_FUNCTION()) {
 extern "C" {
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlInitWithFlags(unsigned int) { return init(); }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() { return init(); }
-__attribute__((visibility("default"))) nvmlReturn_t nvmlInit() { return init(); }
+
+// The older inits are nvmlInitWithFlags(0), called through the dynamic linker, so that a library
+// preloaded in front of NVML (libslice) sees that inner call too, from inside its own call of the
+// outer one: its hooks must let such a call through without waiting on anything the outer call
+// holds (a lock held across nvmlInit hung libslice at every first context on a real GPU,
+// 2026-12-04).
+static nvmlReturn_t init_through_the_linker() {
+  using Init = nvmlReturn_t (*)(unsigned int);
+  const auto inner = reinterpret_cast<Init>(dlsym(RTLD_DEFAULT, "nvmlInitWithFlags"));
+  return inner != nullptr ? inner(0) : init();
+}
+__attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() { return init_through_the_linker(); }
+__attribute__((visibility("default"))) nvmlReturn_t nvmlInit() { return init_through_the_linker(); }
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown() {
   simgpu::nvml_thread_call(__func__);
