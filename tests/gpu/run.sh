@@ -246,6 +246,9 @@ build driver-cap "${cxx[@]}" tests/gpu/driver_cap.cpp -o "$bin/driver_cap" ${dri
 build bench-calls "${cxx[@]}" tests/gpu/bench_calls.cpp -o "$bin/bench_calls" ${driver_link[@]+"${driver_link[@]}"}
 build syscount g++ -std=c++20 -O2 -pthread tests/gpu/syscount.cpp -o "$bin/syscount"
 build process-trace g++ -std=c++20 -O2 -pthread tests/shim/process_trace.cpp -o "$bin/process_trace" -ldl
+build nvml-reentry "${cxx[@]}" tests/gpu/nvml_reentry.cpp -o "$bin/nvml_reentry" -ldl
+build nvml-reentry-interposer "${cxx[@]}" -shared -fPIC tests/gpu/nvml_reentry_interposer.cpp \
+  -o "$bin/libnvml_reentry_interposer.so" -ldl
 for f in runtime_cap spin_share capture_threads; do
   build "${f//_/-}" "$nvcc" -O2 -std=c++20 -arch="$arch" "tests/gpu/$f.cu" -o "$bin/$f"
 done
@@ -445,6 +448,31 @@ for i in range(n.nvmlDeviceGetCount()):
   echo "context_charged=$seen"
   if [ $seen = 1 ]; then echo "yes ($how lists this machine's PIDs): context memory is measured and charged"
   else echo "no ($how does not list PID $holder: $(head -c 200 "$logs/$check_name.pids" | tr '\n' ' ')): context memory is not measurable here"; fi
+}
+# Whether NVML calls its own entry points through the dynamic linker (no libslice): a library in
+# front of it, where libslice stands, notes the calls that reach it from inside another. Where it
+# does, libslice's hooks are re-entered from inside their own calls (issue 22: a lock held across
+# nvmlInit hung the second device run at its first context). A fact about the driver: PASS either
+# way, when NVML answered as it should (nvml_reentry.cpp).
+nvml_reentry() {
+  local said nested
+  said=$("${plain[@]}" "$bin/nvml_reentry" --interposer "$bin/libnvml_reentry_interposer.so" --context)
+  local rc=$?
+  echo "$said"
+  [ $rc = 0 ] || { echo "NVML did not answer as it should (exit $rc), without libslice"; return 1; }
+  nested=$(sed -n 's/^nested=//p' <<< "$said")
+  if [ "$nested" = none ]; then
+    echo "no: NVML binds its calls of its own entry points itself (none reached a library in front of it)"
+  else
+    echo "yes: NVML calls its own entry points through the dynamic linker ($nested): hooks are re-entered"
+  fi
+}
+# The same program under libslice: a context, which libslice measures through NVML, then NVML
+# started and ended twice by the program, and after its last nvmlShutdown NVML answers as to a
+# program that never started it. Where this hangs, every check under libslice would: none is run.
+nvml_under_slice() {
+  "${under[@]}" SLICE_TENANT=nvml-reentry "$bin/nvml_reentry" --context || return 1
+  echo "under libslice: a context measured through NVML; the program's NVML started and ended twice; NVML_ERROR_UNINITIALIZED after its last nvmlShutdown"
 }
 # The same CUDA process under libslice with a 1 GiB cap: the coordinator works here and the cap is
 # what the process is told. Every check under libslice depends on it.
@@ -657,9 +685,14 @@ gpu_run() {
   check nvml-sees-pids 30 nvml_sees_pids
   context_charged=$(value context_charged "$logs/nvml-sees-pids.log")
   [ "$context_charged" = 1 ] || context_charged=0
+  check nvml-reentry 30 nvml_reentry
+  if [ $slice_ok = 1 ]; then
+    check nvml-under-libslice 30 nvml_under_slice
+    [ "$last_status" = TIMEOUT ] && slice_ok=0  # hung at a context: so would everything under libslice
+  fi
   [ $slice_ok = 1 ] && { check preflight-libslice-gpu 120 preflight_slice || slice_ok=0; }
   if [ $slice_ok = 0 ]; then
-    skip checks-under-libslice "libslice failed its preflight (above): nothing under it was run"
+    skip checks-under-libslice "libslice failed its preflight, or hung at a context (above): nothing under it was run"
     return
   fi
   # Python under libslice: when it fails, everything below still runs, and the framework checks'
@@ -810,7 +843,7 @@ dry_gpu_path() {  # the whole GPU path (gpu_run) on stand-ins, in a subshell: ev
   t0=$(date +%s)
   mkdir -p "$fakes/bin" "$fakes/frameworks" "$logs/stand-ins"
   for p in preflight spin_share driver_cap procaddr_real procaddr_replay runtime_cap capture_threads bench_calls \
-    syscount process_trace nvidia-smi slicectl slice-device-plugin; do
+    syscount process_trace nvml_reentry nvidia-smi slicectl slice-device-plugin; do
     ln -s "$repo/tests/gpu/fakes/fake_program.sh" "$fakes/bin/$p"
   done
   for f in "$repo"/tests/gpu/frameworks/*.py; do
@@ -868,10 +901,10 @@ dry_gpu_path() {  # the whole GPU path (gpu_run) on stand-ins, in a subshell: ev
       *) bad+="no GPU with require_gpu=$required recorded '$got'; " ;;
     esac
   done
-  if [ -z "$bad" ] && [ "$n" -ge 32 ]; then  # 32: --bench, and the shares of 1 ms kernels only
+  if [ -z "$bad" ] && [ "$n" -ge 35 ]; then  # 35: --bench, and the shares of 1 ms kernels only
     record gpu-path-on-stand-ins PASS $(($(date +%s) - t0)) "all $n checks of the GPU path (--bench) PASS on stand-in programs (functions, arguments, files, judgements); no GPU: SKIP, or FAIL with --require-gpu; Python crashing: preflight-python names the step, the rest runs, 11 framework failures marked"
   else
-    record gpu-path-on-stand-ins FAIL $(($(date +%s) - t0)) "$n checks; not PASS: ${bad:-none, but fewer than 32 checks}"
+    record gpu-path-on-stand-ins FAIL $(($(date +%s) - t0)) "$n checks; not PASS: ${bad:-none, but fewer than 35 checks}"
     awk -F'\t' '$2 != "PASS"' "$work/stand-ins.tsv" | cut -c1-300 | sed 's/^/    /'
   fi
 }
@@ -893,6 +926,8 @@ if [ $dry_run = 1 ]; then
     check preflight-python-simulated 60 python_preflight
     python=python3 python_flags=(${flags[@]+"${flags[@]}"})
     check process-trace-simulated 60 process_trace
+    check nvml-reentry-simulated 30 nvml_reentry
+    check nvml-under-libslice-simulated 30 nvml_under_slice
     driver_checks
     check bench-calls-simulated 60 calls
     check bench-syscalls-simulated 60 syscalls

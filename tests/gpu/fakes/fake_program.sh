@@ -110,6 +110,13 @@ case $me in
     per=$((total / 4 >> 20 << 20))
     echo "GPU 0 $uuid FAKE H200: $total bytes, 4 slices of $per bytes and 25%"
     for k in 0 1 2 3; do echo "  $uuid::$k"; done ;;
+  nvml_reentry)
+    # As nvml_reentry.cpp prints, on a driver whose NVML calls nvmlInitWithFlags from nvmlInit_v2.
+    case " $* " in *" --context "*) echo "context=cuInit:0 cuDeviceGet:0 cuDevicePrimaryCtxRetain:0 retain_ms=300.0" ;; esac
+    for round in 0 1; do echo "round$round=nvmlInit_v2:0 handle:0 processes:0 nvmlShutdown:0 init_ms=5.0 shutdown_ms=2.0"; done
+    echo "after_last_shutdown=nvmlDeviceGetCount_v2:1 nvmlShutdown:1"
+    [ "${1:-}" = --interposer ] && echo "nested=nvmlInitWithFlags<nvmlInit_v2"
+    echo "nvml_reentry=ok" ;;
   process_trace)
     # What process_trace_test.py reads: the same observations with and without libslice (told by
     # LD_PRELOAD), but the refusal and, from the launch on, the watcher thread.
