@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <tuple>
 #include <vector>
 
 #include "keep_errno.h"
@@ -102,9 +103,12 @@ bool nvml_looks_costly() noexcept {
 }
 
 nvmlReturn_t application_nvml_init(NvmlInit which, unsigned int flags) noexcept {
-  const auto v1 = SLICE_REAL(nvmlInit);
-  const auto v2 = SLICE_REAL(nvmlInit_v2);
-  const auto with_flags = SLICE_REAL(nvmlInitWithFlags);
+  // The first call loads NVML, whose dlopen may set errno on its way: libslice's doing, not the
+  // call's. What NVML itself does to errno, the application sees as without libslice.
+  const auto [v1, v2, with_flags] = [] {
+    const KeepErrno keep;
+    return std::tuple{SLICE_REAL(nvmlInit), SLICE_REAL(nvmlInit_v2), SLICE_REAL(nvmlInitWithFlags)};
+  }();
   if ((which == NvmlInit::v1 && v1 == nullptr) || (which == NvmlInit::v2 && v2 == nullptr) ||
       (which == NvmlInit::with_flags && with_flags == nullptr))
     return NVML_ERROR_LIBRARY_NOT_FOUND;
@@ -119,16 +123,20 @@ nvmlReturn_t application_nvml_init(NvmlInit which, unsigned int flags) noexcept 
 }
 
 nvmlReturn_t application_nvml_shutdown() noexcept {
-  const auto shutdown = SLICE_REAL(nvmlShutdown);
+  const auto shutdown = [] {
+    const KeepErrno keep;  // as in application_nvml_init
+    return SLICE_REAL(nvmlShutdown);
+  }();
   if (shutdown == nullptr) return NVML_ERROR_UNINITIALIZED;
   if (inside_nvml() || disabled()) return shutdown();
   NvmlState& n = state();
   int refs = n.application_refs.load();
   while (refs > 0 && !n.application_refs.compare_exchange_weak(refs, refs - 1)) {
   }
-  // One shutdown more than its inits: NVML answers that when its count is zero. Passed on while a
-  // look holds a reference, it would take the look's.
-  if (refs == 0 && n.own_refs.load() > 0) return NVML_ERROR_UNINITIALIZED;
+  // One shutdown more than its inits (every init of the application's was counted here): NVML's
+  // answer to a count of zero, without asking it. Passed on, it would take the reference of a look
+  // that another thread may be starting at this very moment.
+  if (refs == 0) return NVML_ERROR_UNINITIALIZED;
   return nvml_call(shutdown);
 }
 

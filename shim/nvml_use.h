@@ -27,9 +27,12 @@
 // NVML answers another thread of the application that calls it without nvmlInit; and NVML's
 // first start leaves its own thread, descriptors (close-on-exec) and one pthread key in a process
 // that never used NVML itself, as the driver's own start does.
-// libslice's NVML calls are made from the thread that needs the figure (the application's, at a
-// context's creation): with one C library NVML's per-thread state is its own there, as in any
-// program that uses NVML.
+// Not covered: a call NVML makes from a thread of its own into a hooked entry point is not marked
+// (the mark is per thread) and is taken as the application's (tests/gpu/run.sh's nvml-reentry
+// reports whether the real NVML makes any: other_threads).
+// libslice's NVML calls are made from the thread that needs the figure: the application's at a
+// context's creation or a refusal, libslice's compute watcher for the periodic reconciliation. With
+// one C library NVML's per-thread state is its own on each, as in any program that uses NVML.
 #pragma once
 
 #include <cstdint>

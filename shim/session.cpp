@@ -52,6 +52,7 @@ ParsedConfig& parsed_config() {
 }
 
 void parse_once() {
+  const KeepErrno keep;  // the log file opened, variables read: not the call's doing
   try {
     ConfigResult result = parse_config(process_slice_environment());
     if (result.config) {
