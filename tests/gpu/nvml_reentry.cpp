@@ -5,7 +5,8 @@
 //
 // --interposer LIB: loads LIB (nvml_reentry_interposer.cpp) into the global scope before NVML, where
 // libslice stands when preloaded, and reports which NVML entry points NVML called through it from
-// inside another (nested=inner<outer,...; none: NVML binds its own calls itself).
+// inside another (nested=inner<outer,...; none: NVML binds its own calls itself), and which reached
+// it from another thread than this program's only one (other_threads=...; none).
 // --context: first makes a CUDA context (cuInit, cuDevicePrimaryCtxRetain), the moment libslice
 // measures a context's memory through NVML; the second device run hung there (issue 22).
 // Then, twice, as a monitoring thread does: nvmlInit_v2, a handle, the running processes,
@@ -13,8 +14,12 @@
 // started it: nvmlDeviceGetCount_v2 and one more nvmlShutdown both NVML_ERROR_UNINITIALIZED (1).
 // Every call goes through its global name (dlsym RTLD_DEFAULT), as a program linked to NVML makes
 // it, so a preloaded libslice sees each. Prints key=value lines; exit 0 when NVML answered so.
+// SIGUSR1 prints the main thread's stack (for a run that hangs).
 #include <dlfcn.h>
+#include <execinfo.h>
+#include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -26,6 +31,16 @@ double now_ms() {
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC, &t);
   return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
+}
+
+// SIGUSR1 (tests/gpu/run.sh sends it to a run that hangs): the stack of the thread it lands on, the
+// main one, as `object(+0xOFFSET)` lines (addr2line -e object OFFSET names the source, with the
+// unstripped build of the same commit). There is no debugger on the device machines.
+void dump_stack(int) {
+  static const char kHead[] = "stack (SIGUSR1):\n";
+  (void)!write(2, kHead, sizeof kHead - 1);
+  void* frames[64];
+  backtrace_symbols_fd(frames, backtrace(frames, 64), 2);
 }
 
 template <typename Fn>
@@ -48,6 +63,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // each line out as it is made: a hang shows how far it got
+  void* warm[1];
+  backtrace(warm, 1);  // loads the unwinder now, not inside the handler
+  struct sigaction on_usr1 {};
+  on_usr1.sa_handler = dump_stack;
+  sigaction(SIGUSR1, &on_usr1, nullptr);
   void* spy = nullptr;
   if (interposer != nullptr && (spy = dlopen(interposer, RTLD_NOW | RTLD_GLOBAL)) == nullptr) {
     std::printf("error=the interposer does not load: %s\n", dlerror());
@@ -113,6 +134,9 @@ int main(int argc, char** argv) {
     const auto nested = reinterpret_cast<const char* (*)()>(dlsym(spy, "nvml_reentry_nested"));
     const std::string seen = nested != nullptr ? nested() : "?";
     std::printf("nested=%s\n", seen.empty() ? "none" : seen.c_str());
+    const auto other = reinterpret_cast<const char* (*)()>(dlsym(spy, "nvml_reentry_other_threads"));
+    const std::string elsewhere = other != nullptr ? other() : "?";
+    std::printf("other_threads=%s\n", elsewhere.empty() ? "none" : elsewhere.c_str());
   }
   std::printf("nvml_reentry=%s\n", ok ? "ok" : "FAIL");
   return ok ? 0 : 1;

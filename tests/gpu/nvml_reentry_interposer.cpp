@@ -4,6 +4,8 @@
 // points, through the dynamic linker: libslice's hooks see such calls from inside their own (a
 // lock held across nvmlInit_v2 would then be taken twice). Forwards each call to NVML's own.
 #include <dlfcn.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <mutex>
 #include <string>
@@ -13,10 +15,15 @@ namespace {
 thread_local int t_depth = 0;
 std::mutex g_mutex;
 std::string g_nested;  // "inner<outer", comma-separated, each pair once
+std::string g_other;   // entry points called from a thread other than the program's only one (NVML's own)
 thread_local const char* t_outer = nullptr;
 
 template <typename Fn, typename... Args>
 int forward(const char* name, Args... args) {
+  if (syscall(SYS_gettid) != getpid()) {
+    const std::lock_guard<std::mutex> lock(g_mutex);
+    if (g_other.find(name) == std::string::npos) g_other += (g_other.empty() ? "" : ",") + std::string(name);
+  }
   if (t_depth > 0) {
     const std::string pair = std::string(name) + "<" + t_outer;
     const std::lock_guard<std::mutex> lock(g_mutex);  // never held across a call into NVML
@@ -62,5 +69,14 @@ extern "C" __attribute__((visibility("default"))) const char* nvml_reentry_neste
   static std::string copy;
   const std::lock_guard<std::mutex> lock(g_mutex);
   copy = g_nested;
+  return copy.c_str();
+}
+
+// Entry points called from another thread than the program's one (which makes no thread): NVML's
+// or the driver's own threads, whose calls no per-thread mark of libslice's can recognise.
+extern "C" __attribute__((visibility("default"))) const char* nvml_reentry_other_threads() {
+  static std::string copy;
+  const std::lock_guard<std::mutex> lock(g_mutex);
+  copy = g_other;
   return copy.c_str();
 }

@@ -455,23 +455,42 @@ for i in range(n.nvmlDeviceGetCount()):
 # nvmlInit hung the second device run at its first context). A fact about the driver: PASS either
 # way, when NVML answered as it should (nvml_reentry.cpp).
 nvml_reentry() {
-  local said nested
+  local said nested other
   said=$("${plain[@]}" "$bin/nvml_reentry" --interposer "$bin/libnvml_reentry_interposer.so" --context)
   local rc=$?
   echo "$said"
   [ $rc = 0 ] || { echo "NVML did not answer as it should (exit $rc), without libslice"; return 1; }
   nested=$(sed -n 's/^nested=//p' <<< "$said")
+  other=$(sed -n 's/^other_threads=//p' <<< "$said")
   if [ "$nested" = none ]; then
-    echo "no: NVML binds its calls of its own entry points itself (none reached a library in front of it)"
+    echo "no: NVML binds its calls of its own entry points itself (none reached a library in front of it); from its own threads: $other"
   else
-    echo "yes: NVML calls its own entry points through the dynamic linker ($nested): hooks are re-entered"
+    echo "yes: NVML calls its own entry points through the dynamic linker ($nested): hooks are re-entered; from its own threads: $other"
   fi
 }
 # The same program under libslice: a context, which libslice measures through NVML, then NVML
 # started and ended twice by the program, and after its last nvmlShutdown NVML answers as to a
 # program that never started it. Where this hangs, every check under libslice would: none is run.
+# A run still going after 20 s is stopped here (exit 124: TIMEOUT), after its threads' kernel wait
+# channels and its main thread's stack (SIGUSR1) are written down: no debugger on these machines.
 nvml_under_slice() {
-  "${under[@]}" SLICE_TENANT=nvml-reentry "$bin/nvml_reentry" --context || return 1
+  local pid i rc
+  "${under[@]}" SLICE_TENANT=nvml-reentry "$bin/nvml_reentry" --context &
+  pid=$!
+  for ((i = 0; i < 200; ++i)); do kill -0 $pid 2> /dev/null || break; sleep 0.1; done
+  if kill -0 $pid 2> /dev/null; then
+    echo "still running after 20 s; its threads:"
+    for i in /proc/$pid/task/*; do echo "  ${i##*/} $(cat "$i/comm" 2> /dev/null) wchan=$(cat "$i/wchan" 2> /dev/null)"; done
+    kill -USR1 $pid
+    sleep 1
+    kill -KILL $pid 2> /dev/null
+    wait $pid
+    echo "hung under libslice (killed after 20 s)"
+    return 124
+  fi
+  wait $pid
+  rc=$?
+  [ $rc = 0 ] || return 1
   echo "under libslice: a context measured through NVML; the program's NVML started and ended twice; NVML_ERROR_UNINITIALIZED after its last nvmlShutdown"
 }
 # The same CUDA process under libslice with a 1 GiB cap: the coordinator works here and the cap is

@@ -115,7 +115,7 @@ case $me in
     case " $* " in *" --context "*) echo "context=cuInit:0 cuDeviceGet:0 cuDevicePrimaryCtxRetain:0 retain_ms=300.0" ;; esac
     for round in 0 1; do echo "round$round=nvmlInit_v2:0 handle:0 processes:0 nvmlShutdown:0 init_ms=5.0 shutdown_ms=2.0"; done
     echo "after_last_shutdown=nvmlDeviceGetCount_v2:1 nvmlShutdown:1"
-    [ "${1:-}" = --interposer ] && echo "nested=nvmlInitWithFlags<nvmlInit_v2"
+    [ "${1:-}" = --interposer ] && printf 'nested=nvmlInitWithFlags<nvmlInit_v2\nother_threads=none\n'
     echo "nvml_reentry=ok" ;;
   process_trace)
     # What process_trace_test.py reads: the same observations with and without libslice (told by
