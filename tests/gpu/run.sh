@@ -639,7 +639,8 @@ process_trace() {  # what a CUDA program sees of itself, with and without libsli
   local dir=''
   [ $dry_run = 1 ] && dir=$sim
   # A real context takes about 500 MiB: a 2 GiB cap, and a request of 4 GiB past it.
-  python3 tests/shim/process_trace_test.py "$bin/process_trace" "$slice" "$dir" 2Gi 4096
+  # In this run's own coordinator, as every check under libslice (never the machine's default).
+  SLICE_COORDINATOR_DIR=$coordinator python3 tests/shim/process_trace_test.py "$bin/process_trace" "$slice" "$dir" 2Gi 4096
 }
 clean_exits() {  # processes that end straight after launching: the watcher against the runtime's teardown
   local i f
