@@ -15,12 +15,11 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 
 #include "nvml_subset.h"
+#include "violation_reports.h"
 
 extern "C" {
 nvmlReturn_t nvmlInit_v2();
@@ -37,16 +36,7 @@ constexpr unsigned long long kUs = 1000;
 
 #define CU(call) ASSERT_EQ(CUDA_SUCCESS, (call)) << #call
 
-// The violations reported since the last call, and the file emptied.
-std::string take_reports() {
-  const char* path = std::getenv("SIMGPU_VIOLATIONS");
-  if (path == nullptr) return {};
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  std::ofstream(path, std::ios::trunc);
-  return s.str();
-}
+using simgpu_test::take_reports;
 
 class Rules : public ::testing::Test {
  protected:

@@ -20,14 +20,13 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "nvml_subset.h"
+#include "violation_reports.h"
 
 namespace {
 
@@ -45,16 +44,7 @@ const pthread_key_t g_key_after_load = [] {
   return key;
 }();
 
-// The violations reported since the last call, and the file emptied.
-std::string take_reports() {
-  const char* path = std::getenv("SIMGPU_VIOLATIONS");
-  if (path == nullptr) return {};
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  std::ofstream(path, std::ios::trunc);
-  return s.str();
-}
+using simgpu_test::take_reports;
 
 std::string pointer(const void* p) {
   char text[32];
