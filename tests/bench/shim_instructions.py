@@ -39,6 +39,8 @@ import subprocess
 import sys
 import tempfile
 
+import shim_run  # this folder's: the arguments and environment both benchmarks share
+
 ROUNDS = (2, 6)  # shim_bench rounds of 1000 calls (plus one warm-up round each)
 HOOKS = {"alloc": ("cuMemAlloc_v2", "cuMemFree_v2"), "launch": ("cuLaunchKernel",),
          "crowded": ("cuMemAlloc_v2", "cuMemFree_v2")}
@@ -135,18 +137,13 @@ def run(valgrind, bench, mode, rounds, env, out_dir, tag, cache=False):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default=os.path.join(here, "..", "..", "build"))
-    ap.add_argument("--libslice", help="the libslice.so to measure (default: BUILD/lib/libslice.so)")
+    shim_run.add_arguments(ap)
     ap.add_argument("--mode", choices=sorted(HOOKS), default="alloc")
-    ap.add_argument("--no-limit", action="store_true", help="no SLICE_MEMORY_LIMIT (the default has 16Gi)")
     ap.add_argument("--cache", action="store_true",
                     help="also simulate the caches (--cache-sim=yes): libslice.so's misses per call")
     args = ap.parse_args()
-    build = os.path.abspath(args.build)
-    lib = os.path.abspath(args.libslice or os.path.join(build, "lib", "libslice.so"))
-    bench = os.path.join(build, "bin", "shim_bench")
+    build, lib, bench = shim_run.paths(args)
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         sys.exit("shim_instructions: valgrind is not installed (apt-get install valgrind)")
@@ -160,12 +157,7 @@ def main():
     hooks = HOOKS[args.mode]
     work = tempfile.mkdtemp(prefix="slice-callgrind.")
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLICE_") and k != "LD_PRELOAD"}
-        if not args.no_limit:
-            env.update(SLICE_MEMORY_LIMIT="16Gi")
-        env.update(SLICE_TENANT="bench",
-                   LD_LIBRARY_PATH=os.path.join(build, "simgpu") + (":" + env["LD_LIBRARY_PATH"]
-                                                                     if env.get("LD_LIBRARY_PATH") else ""))
+        env = shim_run.bench_env(build, args.no_limit)
         figures = {}
         out_calls = {}
         misses = {}

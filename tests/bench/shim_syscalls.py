@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 
+import shim_run  # this folder's: the arguments and environment both benchmarks share
+
 ROUNDS = (2, 6)  # shim_bench rounds of 1000 calls (plus one warm-up round each)
 CALL = re.compile(r"^([a-z_0-9]+)\(")
 
@@ -158,16 +160,11 @@ def held(strace, build, bench, env, lib, work):
 
 
 def main():
-    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--build", default=os.path.join(here, "..", "..", "build"))
-    ap.add_argument("--libslice", help="the libslice.so to measure (default: BUILD/lib/libslice.so)")
+    shim_run.add_arguments(ap)
     ap.add_argument("--mode", choices=("alloc", "launch", "launch-held"), default="alloc")
-    ap.add_argument("--no-limit", action="store_true", help="no SLICE_MEMORY_LIMIT (the default has 16Gi)")
     args = ap.parse_args()
-    build = os.path.abspath(args.build)
-    lib = os.path.abspath(args.libslice or os.path.join(build, "lib", "libslice.so"))
-    bench = os.path.join(build, "bin", "shim_bench")
+    build, lib, bench = shim_run.paths(args)
     strace = shutil.which("strace")
     if strace is None:
         sys.exit("shim_syscalls: strace is not installed (apt-get install strace)")
@@ -177,12 +174,7 @@ def main():
             sys.exit(f"shim_syscalls: {f} is missing")
     work = tempfile.mkdtemp(prefix="slice-strace.")
     try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLICE_") and k != "LD_PRELOAD"}
-        if not args.no_limit:
-            env.update(SLICE_MEMORY_LIMIT="16Gi")
-        env.update(SLICE_TENANT="bench",
-                   LD_LIBRARY_PATH=os.path.join(build, "simgpu") + (":" + env["LD_LIBRARY_PATH"]
-                                                                     if env.get("LD_LIBRARY_PATH") else ""))
+        env = shim_run.bench_env(build, args.no_limit)
         if args.mode == "launch-held":
             held(strace, build, bench, env, lib, work)
         else:
