@@ -22,10 +22,7 @@ constexpr std::uint64_t kCostlyStartNs = 1'000'000;
 // points may call one another through the dynamic linker, that is through libslice's hooks, from
 // inside a call libslice made (a lock held across it would never be let go).
 struct NvmlState {
-  std::atomic<int> application_refs{0};  // the application's successful inits less its shutdowns
-  // References of libslice's looks: counted before the look's nvmlInit and after its nvmlShutdown,
-  // so that an application's extra shutdown meanwhile is refused, never given the look's.
-  std::atomic<int> own_refs{0};
+  std::atomic<int> application_refs{0};         // the application's successful inits less its shutdowns
   std::atomic<bool> unavailable{false};         // libslice's own nvmlInit failed once: it does not try again
   std::atomic<std::uint64_t> last_start_ns{0};  // how long libslice's last nvmlInit took
 };
@@ -49,12 +46,10 @@ NvmlLook::NvmlLook() {
   NvmlState& n = state();
   const auto init = SLICE_REAL(nvmlInit_v2);
   if (n.unavailable.load(std::memory_order_relaxed) || init == nullptr || SLICE_REAL(nvmlShutdown) == nullptr) return;
-  n.own_refs.fetch_add(1);
   const std::uint64_t start = monotonic_ns();
   const nvmlReturn_t rc = nvml_call(init);
   n.last_start_ns.store(monotonic_ns() - start, std::memory_order_relaxed);
   if (rc != NVML_SUCCESS) {
-    n.own_refs.fetch_sub(1);
     if (!n.unavailable.exchange(true))
       log::info("libslice could not start NVML (nvmlInit_v2: " + std::to_string(rc) +
                 "): it measures no context memory and reconciles nothing with the driver");
@@ -67,7 +62,6 @@ NvmlLook::~NvmlLook() {
   if (!own_ref_) return;
   const KeepErrno keep;
   nvml_call(SLICE_REAL(nvmlShutdown));
-  state().own_refs.fetch_sub(1);
 }
 
 std::optional<std::uint64_t> NvmlLook::process_memory(const std::string& uuid) {

@@ -17,7 +17,7 @@
 //   (nvml_looks_costly);
 // - the application's inits and shutdowns pass through here (nvml_hooks.cpp) and are counted; one
 //   of its shutdowns beyond its inits is answered NVML_ERROR_UNINITIALIZED without reaching NVML
-//   while a look holds a reference (NVML answers that for a count of zero);
+//   (NVML's answer for a count of zero; passed on, it could take a look's reference);
 // - no lock is held across a call into NVML: NVML's entry points may call one another through the
 //   dynamic linker, that is through libslice's hooks (the simulated NVML's do; tests/gpu/run.sh's
 //   nvml-reentry tells for the real one). Such a call, made from inside a call that libslice's hooks
