@@ -110,6 +110,26 @@ TEST(ShimExports, NeedsOnlyGlibcAndTheCxxRuntime) {
   EXPECT_GT(needed, 0);
 }
 
+// libslice's references to what it defines itself bind to its own definitions at link time
+// (-Bsymbolic-functions): no dynamic relocation names one of its exports, so the addresses it hands
+// out (hook table, dlsym, cuGetProcAddress) cannot become a definition of the program's or of an
+// earlier preload (issue 25: a program exporting a variable named cuInit got its variable back).
+TEST(ShimExports, NoRelocationAgainstItsOwnExports) {
+  const std::map<std::string, std::string> exports = dynamic_exports();
+  std::istringstream lines(run("readelf -W -r " SLICE_SHIM_PATH));
+  std::string line;
+  int relocations = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream fields(line);
+    std::string offset, info, type, value, symbol;
+    if (!(fields >> offset >> info >> type >> value >> symbol) || !type.starts_with("R_")) continue;
+    ++relocations;
+    const std::string name = symbol.substr(0, symbol.find('@'));
+    EXPECT_FALSE(exports.contains(name)) << type << " against libslice's own export " << name;
+  }
+  EXPECT_GT(relocations, 0) << "no relocation read: the check would prove nothing";
+}
+
 TEST(ShimExports, NoStaticConstructorsOfOurs) {
   // Start-up is lazy: the only load-time code may be the toolchain's frame_dummy.
   const std::string symbols = run("nm " SLICE_SHIM_PATH);
