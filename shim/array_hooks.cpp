@@ -109,40 +109,40 @@ CUresult destroy(std::uint64_t key, Call&& call) {
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT CUresult cuArrayCreate_v2(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {
+SLICE_HOOK_BODY(CUresult, cuArrayCreate_v2)(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR* d) {
   const std::uint64_t bytes = d != nullptr ? array_bytes(d->Width, d->Height, 0, d->Format, d->NumChannels) : 0;
   return create(bytes, pHandle, "cuArrayCreate", [&] { return SLICE_CALL_REAL(cuArrayCreate_v2, pHandle, d); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuArrayCreate(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR_v1* d) {
+SLICE_HOOK_BODY(CUresult, cuArrayCreate)(CUarray* pHandle, const CUDA_ARRAY_DESCRIPTOR_v1* d) {
   const std::uint64_t bytes = d != nullptr ? array_bytes(d->Width, d->Height, 0, d->Format, d->NumChannels) : 0;
   return create(bytes, pHandle, "cuArrayCreate", [&] { return SLICE_CALL_REAL(cuArrayCreate, pHandle, d); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuArray3DCreate_v2(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
+SLICE_HOOK_BODY(CUresult, cuArray3DCreate_v2)(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d) {
   const std::uint64_t bytes = d != nullptr ? descriptor_bytes(*d) : 0;
   return create(bytes, pHandle, "cuArray3DCreate", [&] { return SLICE_CALL_REAL(cuArray3DCreate_v2, pHandle, d); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuArray3DCreate(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1* d) {
+SLICE_HOOK_BODY(CUresult, cuArray3DCreate)(CUarray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1* d) {
   const std::uint64_t bytes = d != nullptr && !backed_elsewhere(d->Flags)
                                   ? array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels)
                                   : 0;
   return create(bytes, pHandle, "cuArray3DCreate", [&] { return SLICE_CALL_REAL(cuArray3DCreate, pHandle, d); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuArrayDestroy(CUarray hArray) {
+SLICE_HOOK_BODY(CUresult, cuArrayDestroy)(CUarray hArray) {
   return destroy(reinterpret_cast<std::uint64_t>(hArray), [&] { return SLICE_CALL_REAL(cuArrayDestroy, hArray); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d,
-                                                        unsigned int numMipmapLevels) {
+SLICE_HOOK_BODY(CUresult, cuMipmappedArrayCreate)
+(CUmipmappedArray* pHandle, const CUDA_ARRAY3D_DESCRIPTOR* d, unsigned int numMipmapLevels) {
   const std::uint64_t bytes = d != nullptr ? mipmap_bytes(*d, numMipmapLevels) : 0;
   return create(bytes, pHandle, "cuMipmappedArrayCreate",
                 [&] { return SLICE_CALL_REAL(cuMipmappedArrayCreate, pHandle, d, numMipmapLevels); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray) {
+SLICE_HOOK_BODY(CUresult, cuMipmappedArrayDestroy)(CUmipmappedArray hMipmappedArray) {
   return destroy(reinterpret_cast<std::uint64_t>(hMipmappedArray),
                  [&] { return SLICE_CALL_REAL(cuMipmappedArrayDestroy, hMipmappedArray); });
 }

@@ -3,19 +3,24 @@
 #include <dlfcn.h>
 #include <execinfo.h>
 
+#include <atomic>
 #include <cstdio>
-#include <mutex>
 
 namespace slice::shim {
 namespace {
 
 using UnwBacktrace = int (*)(void**, int);
 
+// Looked up once (atomics, not a static guard: a fork may come meanwhile; racing threads find the same).
+std::atomic<UnwBacktrace> g_unw{nullptr};
+std::atomic<bool> g_unw_looked{false};
+
 UnwBacktrace libunwind_backtrace() {
-  static UnwBacktrace fn = [] {
-    void* handle = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
-    return handle != nullptr ? reinterpret_cast<UnwBacktrace>(dlsym(handle, "unw_backtrace")) : nullptr;
-  }();
+  if (g_unw_looked.load(std::memory_order_acquire)) return g_unw.load(std::memory_order_relaxed);
+  void* handle = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+  const auto fn = handle != nullptr ? reinterpret_cast<UnwBacktrace>(dlsym(handle, "unw_backtrace")) : nullptr;
+  g_unw.store(fn, std::memory_order_relaxed);
+  g_unw_looked.store(true, std::memory_order_release);
   return fn;
 }
 

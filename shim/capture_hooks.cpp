@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "around.h"
 #include "capture.h"
+#include "fork_guard.h"
 #include "hook_support.h"
 
 namespace slice::shim {
@@ -29,9 +31,11 @@ struct Origin {
   bool per_thread;   // the calling thread's per-thread default stream
   pthread_t thread;  // meaningful for per_thread only
 };
-std::vector<Origin>& origins() {  // guarded by g_query_mu (exclusive); made on first use
-  static auto* v = new std::vector<Origin>();
-  return *v;
+// Guarded by g_query_mu (exclusive); made on first use (no static guard: a fork may come at any time).
+std::vector<Origin>* g_origins = nullptr;
+std::vector<Origin>& origins() {
+  if (g_origins == nullptr) g_origins = new std::vector<Origin>();
+  return *g_origins;
 }
 
 bool same(const Origin& o, CUstream stream, bool per_thread) {
@@ -59,6 +63,7 @@ CUstreamCaptureStatus capture_status(CUstream stream, bool ptsz, CUresult* rc) {
 // of libslice's can run; a capture that failed to begin is taken back.
 CUresult begin_capture(CUstream stream, bool ptsz, RealCall call) {
   if (session_state() == SessionState::failed) return kFailedClosed;
+  install_fork_handlers();  // g_query_mu is re-made in a child
   const bool per_thread = is_per_thread(stream, ptsz);
   {
     std::unique_lock<std::shared_mutex> lock(g_query_mu);
@@ -114,6 +119,14 @@ void capture_forget_ended() noexcept {
       ++it;
     }
   }
+}
+
+// A forked child has no capture of its parent's (their streams are not its), and no thread that may
+// have held the lock: both made anew (the old ones left as they were).
+void capture_after_fork_in_child() noexcept {
+  new (&g_query_mu) std::shared_mutex();
+  g_origins = nullptr;
+  g_active.store(0);
 }
 
 }  // namespace slice::shim

@@ -13,6 +13,8 @@
 #include "compute_board.h"
 #include "keep_errno.h"
 #include "crash_handler.h"
+#include "fork_guard.h"
+#include "hook_frame.h"
 #include "futex.h"
 #include "coordinator_layout.h"
 #include "log.h"
@@ -229,6 +231,9 @@ void Compute::stop() {
 }
 
 void Compute::run() {
+  // Every driver and NVML call this thread makes is libslice's own: a hook they reach through the
+  // dynamic linker passes straight through (hook_frame.h).
+  mark_libslice_thread();
   // Named, so that whoever lists the process's threads (top -H, a debugger) sees whose it is.
   pthread_setname_np(pthread_self(), "slice-watcher");
   load_crash_unwinder();  // off the start-up path: see crash_handler.h
@@ -243,15 +248,21 @@ void Compute::run() {
     // Read before looking: a launch or a waiter that comes after the look changes it, and the sleep
     // below then ends at once.
     const std::uint32_t seq = signal_.seq.load(std::memory_order_acquire);
-    const std::uint64_t now = monotonic_ns();
-    capture_forget_ended();
-    for (std::size_t d = 0; d < session_.devices.size(); ++d)
-      reconcile(session_, static_cast<int>(d), kReconcileTickNs);
+    std::uint64_t now = 0;
     Next next;
-    next.at = now + kDeepIdleNs;
-    for (std::size_t d = 0; d < session_.devices.size(); ++d) {
-      if (!lanes_[d].used.load(std::memory_order_acquire)) continue;
-      next.merge(tick(static_cast<int>(d), now));
+    {
+      // A round of driver and NVML calls of libslice's own: a fork waits for its end (fork_guard.h),
+      // and none begins while one is being prepared. The sleep below is outside it.
+      const OwnWork own;
+      now = monotonic_ns();
+      capture_forget_ended();
+      for (std::size_t d = 0; d < session_.devices.size(); ++d)
+        reconcile(session_, static_cast<int>(d), kReconcileTickNs);
+      next.at = now + kDeepIdleNs;
+      for (std::size_t d = 0; d < session_.devices.size(); ++d) {
+        if (!lanes_[d].used.load(std::memory_order_acquire)) continue;
+        next.merge(tick(static_cast<int>(d), now));
+      }
     }
     if (stop_.load(std::memory_order_relaxed)) break;
     const std::uint64_t timeout = next.at > now ? next.at - now : 0;

@@ -123,7 +123,7 @@ CUresult release_primary_context(CUdevice dev, RealCall call) {
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
+SLICE_HOOK_BODY(CUresult, cuDevicePrimaryCtxRetain)(CUcontext* pctx, CUdevice dev) {
   const auto call = [&] { return SLICE_CALL_REAL(cuDevicePrimaryCtxRetain, pctx, dev); };
   return accounted(
       [&](Session& s) {

@@ -14,12 +14,15 @@
 // What a look-up of a hooked name gets:
 // - RTLD_DEFAULT: glibc's answer, the first definition in the global scope: libslice's own (it is
 //   preloaded), or one that the program or a library preloaded before libslice defines, as without
-//   libslice (a program that exports a variable named cuInit gets its variable, as it would anyway);
+//   libslice (a program that exports a variable named cuInit gets its variable, as it would
+//   anyway); for an NVML function libslice does not hook, found in NVML, its gate (below);
 // - RTLD_NEXT from an object loaded before libslice: glibc's answer, the next definition after the
 //   caller (another interposer, or libslice); from libslice or an object loaded after it (another
 //   interposer, a plugin): libslice's own function, so that nobody reaches the driver around it;
 // - a handle (of the driver, or of a library that depends on it): glibc's answer, and where that is
-//   a function of the real driver or NVML, libslice's wrapper of it instead.
+//   a function of the real driver or NVML, libslice's wrapper of it instead; for an NVML function
+//   libslice does not hook, a gate in front of it (nvml_gate.h: NVML as the program would see it
+//   without libslice's own reference).
 // libslice's own function is always its own definition: the library is linked with
 // -Bsymbolic-functions, so hook_info().wrapper is never a definition of the program's.
 // Where libslice answers without glibc's look-up, glibc's error state is cleared by a look-up that
@@ -31,6 +34,7 @@
 #include <cstring>
 
 #include "keep_errno.h"
+#include "nvml_gate.h"
 #include "shim.h"
 
 namespace {
@@ -89,20 +93,25 @@ extern "C" __attribute__((visibility("hidden"), used)) DlsymRoute slice_dlsym_ro
   const DlsymRoute glibc{reinterpret_cast<void*>(real), nullptr};
   // Fast path for every name that is not a CUDA or NVML one: two byte compares.
   if (name == nullptr || !((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v'))) return glibc;
-  if (handle == RTLD_DEFAULT) return glibc;
   const slice::shim::HookInfo* hook = slice::shim::find_hook(name);
-  if (hook == nullptr || slice::shim::disabled()) return glibc;
+  const bool nvml = hook == nullptr && std::strncmp(name, "nvml", 4) == 0;
+  if ((hook == nullptr && !nvml) || (handle == RTLD_DEFAULT && hook != nullptr) || slice::shim::disabled())
+    return glibc;
   const slice::shim::KeepErrno keep;
   if (handle == RTLD_NEXT) {
-    if (loaded_before_libslice(caller)) return glibc;
+    if (hook == nullptr || loaded_before_libslice(caller)) return glibc;
     // Answered here: glibc's error state as after a look-up that succeeded (libslice's own export).
     (void)real(libslice_object(), hook->name);
     return {nullptr, hook->wrapper};
   }
-  // A handle: the caller's address does not matter for the look-up, so calling here is fine.
+  // A handle, or RTLD_DEFAULT for an NVML function libslice does not hook: the caller's address does
+  // not matter for the look-up (the global scope is the same from every object of the program's
+  // namespace), so calling here is fine.
   void* found = real(handle, name);
-  if (found != nullptr && is_driver_object(object_of(found))) return {nullptr, hook->wrapper};
-  return {nullptr, found};
+  if (found == nullptr || !is_driver_object(object_of(found))) return {nullptr, found};
+  // The driver's or NVML's function: libslice's wrapper, or for an NVML function libslice does not
+  // hook, its gate (closed while NVML is started only for libslice: nvml_gate.h).
+  return {nullptr, hook != nullptr ? hook->wrapper : slice::shim::nvml_gate_for(name, found)};
 }
 
 #if defined(__x86_64__)

@@ -10,12 +10,14 @@
 #include <array>
 #include <atomic>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <vector>
 
 #include "accounts.h"
 #include "around.h"
 #include "coordinator_layout.h"
+#include "fork_guard.h"
 #include "hook_support.h"
 #include "launch_gate.h"
 
@@ -28,10 +30,12 @@ struct GraphExecMemory {
 };
 
 std::mutex g_mu;
-// Only executable graphs with allocations. Made on first use: nothing may run at load time.
+// Only executable graphs with allocations, guarded by g_mu. Made on first use: nothing may run at
+// load time (and no static guard: a fork may come at any time).
+std::unordered_map<CUgraphExec, GraphExecMemory>* g_execs = nullptr;
 std::unordered_map<CUgraphExec, GraphExecMemory>& execs() {
-  static auto* map = new std::unordered_map<CUgraphExec, GraphExecMemory>();
-  return *map;
+  if (g_execs == nullptr) g_execs = new std::unordered_map<CUgraphExec, GraphExecMemory>();
+  return *g_execs;
 }
 std::atomic<std::size_t> g_exec_count{0};  // of those, not mapped yet: while 0, launches take no lock
 
@@ -181,6 +185,13 @@ CUresult graph_launch(CUgraphExec exec, CUstream stream, bool ptsz, RealCall cal
   return gated_launch(stream, ptsz, [&] { return map_and_run(exec, "cuGraphLaunch", call); });
 }
 
+// A forked child has none of its parent's graphs, and no thread that may have held the lock.
+void graph_memory_after_fork_in_child() noexcept {
+  new (&g_mu) std::mutex();
+  g_execs = nullptr;
+  g_exec_count.store(0);
+}
+
 }  // namespace slice::shim
 
 using namespace slice::shim;
@@ -191,50 +202,50 @@ bool uploads(const CUDA_GRAPH_INSTANTIATE_PARAMS* params) {
 }
 }  // namespace
 
-extern "C" SLICE_EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                                             unsigned long long flags) {
+SLICE_HOOK_BODY(CUresult, cuGraphInstantiateWithFlags)
+(CUgraphExec* phGraphExec, CUgraph hGraph, unsigned long long flags) {
   return instantiate(phGraphExec, hGraph, (flags & CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD) != 0,
                      [&] { return SLICE_CALL_REAL(cuGraphInstantiateWithFlags, phGraphExec, hGraph, flags); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuGraphInstantiateWithParams(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                                              CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+SLICE_HOOK_BODY(CUresult, cuGraphInstantiateWithParams)
+(CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
   return instantiate(phGraphExec, hGraph, uploads(instantiateParams), [&] {
     return SLICE_CALL_REAL(cuGraphInstantiateWithParams, phGraphExec, hGraph, instantiateParams);
   });
 }
 
-extern "C" SLICE_EXPORT CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                                                   CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
+SLICE_HOOK_BODY(CUresult, cuGraphInstantiateWithParams_ptsz)
+(CUgraphExec* phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS* instantiateParams) {
   return instantiate(phGraphExec, hGraph, uploads(instantiateParams), [&] {
     return SLICE_CALL_REAL(cuGraphInstantiateWithParams_ptsz, phGraphExec, hGraph, instantiateParams);
   });
 }
 
-extern "C" SLICE_EXPORT CUresult cuGraphInstantiate(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode,
-                                                    char* logBuffer, size_t bufferSize) {
+SLICE_HOOK_BODY(CUresult, cuGraphInstantiate)
+(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode, char* logBuffer, size_t bufferSize) {
   return instantiate(phGraphExec, hGraph, false, [&] {
     return SLICE_CALL_REAL(cuGraphInstantiate, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
   });
 }
 
-extern "C" SLICE_EXPORT CUresult cuGraphInstantiate_v2(CUgraphExec* phGraphExec, CUgraph hGraph,
-                                                       CUgraphNode* phErrorNode, char* logBuffer, size_t bufferSize) {
+SLICE_HOOK_BODY(CUresult, cuGraphInstantiate_v2)
+(CUgraphExec* phGraphExec, CUgraph hGraph, CUgraphNode* phErrorNode, char* logBuffer, size_t bufferSize) {
   return instantiate(phGraphExec, hGraph, false, [&] {
     return SLICE_CALL_REAL(cuGraphInstantiate_v2, phGraphExec, hGraph, phErrorNode, logBuffer, bufferSize);
   });
 }
 
-extern "C" SLICE_EXPORT CUresult cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuGraphUpload)(CUgraphExec hGraphExec, CUstream hStream) {
   return map_and_run(hGraphExec, "cuGraphUpload", [&] { return SLICE_CALL_REAL(cuGraphUpload, hGraphExec, hStream); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuGraphUpload_ptsz)(CUgraphExec hGraphExec, CUstream hStream) {
   return map_and_run(hGraphExec, "cuGraphUpload",
                      [&] { return SLICE_CALL_REAL(cuGraphUpload_ptsz, hGraphExec, hStream); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+SLICE_HOOK_BODY(CUresult, cuGraphExecDestroy)(CUgraphExec hGraphExec) {
   return after_success([&] { return SLICE_CALL_REAL(cuGraphExecDestroy, hGraphExec); },
                        [&](Session&) {
                          std::lock_guard<std::mutex> lock(g_mu);
@@ -246,7 +257,7 @@ extern "C" SLICE_EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
                        });
 }
 
-extern "C" SLICE_EXPORT CUresult cuDeviceGraphMemTrim(CUdevice device) {
+SLICE_HOOK_BODY(CUresult, cuDeviceGraphMemTrim)(CUdevice device) {
   return after_success([&] { return SLICE_CALL_REAL(cuDeviceGraphMemTrim, device); },
                        [&](Session& s) {
                          const int index = s.index_of(device);

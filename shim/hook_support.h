@@ -4,10 +4,28 @@
 
 #include <type_traits>
 
+#include "hook_frame.h"
+#include "nvml_api.h"
 #include "session.h"
 #include "shim.h"
 
 #define SLICE_EXPORT __attribute__((visibility("default")))
+
+// The body of a hand-written wrapper (SLICE_HOOK_CU_CUSTOM and SLICE_HOOK_NVML entries): hidden,
+// named slice_hook_<export>. The export itself is generated around it (shim/hooks.cpp), in the
+// hook's frame (hook_frame.h):  SLICE_HOOK_BODY(CUresult, cuMemAlloc_v2)(CUdeviceptr* dptr, ...) {
+#define SLICE_HOOK_BODY(ret, name) extern "C" __attribute__((visibility("hidden"))) ret slice_hook_##name
+#define SLICE_HOOK_CU_CUSTOM(name, ret, params, args) SLICE_HOOK_BODY(ret, name) params;
+#define SLICE_HOOK_NVML(name, ret, params, args) SLICE_HOOK_BODY(ret, name) params;
+#define SLICE_HOOK_CU(name, ret, params, args)
+#define SLICE_HOOK_CU_AROUND(name, ret, params, args, helper, lead)
+#define SLICE_HOOK_NVML_AROUND(name, ret, params, args, helper, lead)
+#include "hooked_functions.inc"
+#undef SLICE_HOOK_CU_CUSTOM
+#undef SLICE_HOOK_NVML
+#undef SLICE_HOOK_CU
+#undef SLICE_HOOK_CU_AROUND
+#undef SLICE_HOOK_NVML_AROUND
 
 namespace slice::shim {
 
@@ -55,10 +73,30 @@ class RealCall {
   CUresult (*thunk_)(void*);
 };
 
-// Calls the real function of a hook; an absent driver answers as an absent driver would.
+// What a call of a library that is not installed answers: the driver CUDA_ERROR_NOT_INITIALIZED (no
+// cuInit can have succeeded), NVML NVML_ERROR_UNINITIALIZED.
+template <typename Ret>
+constexpr Ret absent_answer() {
+  if constexpr (std::is_same_v<Ret, nvmlReturn_t>)
+    return NVML_ERROR_UNINITIALIZED;
+  else
+    return CUDA_ERROR_NOT_INITIALIZED;
+}
+
+// The program's call of the real function of a hook: in the hook's frame, errno is the program's
+// going in and the driver's coming out (hook_frame.h). An absent library answers as it would.
 template <typename Fn, typename... Args>
-CUresult call_real(Fn fn, Args... args) {
-  return fn != nullptr ? fn(args...) : CUDA_ERROR_NOT_INITIALIZED;
+auto call_real(Fn fn, Args... args) -> decltype(fn(args...)) {
+  using Ret = decltype(fn(args...));
+  if (fn == nullptr) return absent_answer<Ret>();
+  if (HookFrame* frame = outer_frame()) return frame->driver_call(fn, args...);
+  return fn(args...);
+}
+
+// A hook reached from inside another (hook_frame.h): straight to the real function, nothing else.
+template <typename Ret, typename Fn, typename... Args>
+Ret pass_through(Fn fn, Args... args) {
+  return fn != nullptr ? fn(args...) : absent_answer<Ret>();
 }
 #define SLICE_CALL_REAL(fn, ...) ::slice::shim::call_real(SLICE_REAL(fn) __VA_OPT__(, ) __VA_ARGS__)
 

@@ -19,26 +19,40 @@
 #include "around.h"        // the helpers of _AROUND entries
 #include "hook_support.h"  // SLICE_EXPORT, call_real, kFailedClosed
 
-// Generated wrappers: pass-through ones for SLICE_HOOK_CU entries (failing closed like every hook),
-// and for the _AROUND entries a call of their helper (around.h) with the driver's call. The wrappers
-// of SLICE_HOOK_CU_CUSTOM and SLICE_HOOK_NVML entries are written by hand in shim/.
+// Generated wrappers, each in the hook's frame (hook_frame.h: errno kept, a call from inside
+// another hook of this thread straight to the real function): pass-through ones for SLICE_HOOK_CU
+// entries (failing closed like every hook), for the _AROUND entries a call of their helper
+// (around.h) with the driver's call, and for SLICE_HOOK_CU_CUSTOM and SLICE_HOOK_NVML entries a call
+// of the body written by hand in shim/ (SLICE_HOOK_BODY, slice_hook_<export>).
 #define SLICE_LEAD_ARGS_(...) __VA_ARGS__ __VA_OPT__(, )  // (a, b) -> a, b,   () -> nothing
 #define SLICE_AND_ARGS_(...) __VA_OPT__(, ) __VA_ARGS__   // (a, b) -> , a, b  () -> nothing
+#define SLICE_PASS_THROUGH_(name, ret, args) \
+  ::slice::shim::HookFrame frame;            \
+  if (frame.nested()) return ::slice::shim::pass_through<ret>(SLICE_REAL(name) SLICE_AND_ARGS_ args);
 #define SLICE_HOOK_CU_AROUND(name, ret, params, args, helper, lead)                                            \
   extern "C" SLICE_EXPORT ret name params {                                                                    \
+    SLICE_PASS_THROUGH_(name, ret, args)                                                                       \
     return ::slice::shim::helper(                                                                              \
         SLICE_LEAD_ARGS_ lead[&] { return ::slice::shim::call_real(SLICE_REAL(name) SLICE_AND_ARGS_ args); }); \
   }
-#define SLICE_HOOK_NVML_AROUND(name, ret, params, args, helper, lead) \
-  extern "C" SLICE_EXPORT ret name params { return ::slice::shim::helper(SLICE_LEAD_ARGS_ lead SLICE_REAL(name)); }
-#define SLICE_HOOK_CU_CUSTOM(name, ret, params, args)
-#define SLICE_HOOK_NVML(name, ret, params, args)
+#define SLICE_HOOK_NVML_AROUND(name, ret, params, args, helper, lead)     \
+  extern "C" SLICE_EXPORT ret name params {                               \
+    SLICE_PASS_THROUGH_(name, ret, args)                                  \
+    return ::slice::shim::helper(SLICE_LEAD_ARGS_ lead SLICE_REAL(name)); \
+  }
+#define SLICE_HOOK_CU_CUSTOM(name, ret, params, args) \
+  extern "C" SLICE_EXPORT ret name params {           \
+    SLICE_PASS_THROUGH_(name, ret, args)              \
+    return slice_hook_##name args;                    \
+  }
+#define SLICE_HOOK_NVML(name, ret, params, args) SLICE_HOOK_CU_CUSTOM(name, ret, params, args)
 #define SLICE_HOOK_CU(name, ret, params, args)                                                                \
   extern "C" SLICE_EXPORT ret name params {                                                                   \
+    SLICE_PASS_THROUGH_(name, ret, args)                                                                      \
     const auto real = SLICE_REAL(name);                                                                       \
     if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;                                                   \
     if (slice::shim::session_state() == slice::shim::SessionState::failed) return slice::shim::kFailedClosed; \
-    return real args;                                                                                         \
+    return ::slice::shim::call_real(real SLICE_AND_ARGS_ args);                                               \
   }
 #include "hooked_functions.inc"
 #undef SLICE_HOOK_CU
@@ -48,16 +62,32 @@
 #undef SLICE_HOOK_NVML_AROUND
 #undef SLICE_LEAD_ARGS_
 #undef SLICE_AND_ARGS_
+#undef SLICE_PASS_THROUGH_
 
 // Every wrapper, generated or written by hand, has exactly the list's signature (cuda.h and
-// nvml_api.h declare them by their export names, so a mismatch would not compile either).
+// nvml_api.h declare them by their export names, so a mismatch would not compile either), and so
+// has every body written by hand.
 #define SLICE_HOOK_CU(name, ret, params, args) static_assert(std::is_same_v<decltype(&::name), ret(*) params>);
-#define SLICE_HOOK_NVML(name, ret, params, args) SLICE_HOOK_CU(name, ret, params, args)
+#define SLICE_HOOK_CU_CUSTOM(name, ret, params, args) \
+  SLICE_HOOK_CU(name, ret, params, args)              \
+  static_assert(std::is_same_v<decltype(&::slice_hook_##name), ret(*) params>);
+#define SLICE_HOOK_NVML(name, ret, params, args) SLICE_HOOK_CU_CUSTOM(name, ret, params, args)
+#define SLICE_HOOK_NVML_AROUND(name, ret, params, args, helper, lead) SLICE_HOOK_CU(name, ret, params, args)
+#define SLICE_HOOK_CU_AROUND(name, ret, params, args, helper, lead) SLICE_HOOK_CU(name, ret, params, args)
 #include "hooked_functions.inc"
 #undef SLICE_HOOK_CU
+#undef SLICE_HOOK_CU_AROUND
+#undef SLICE_HOOK_CU_CUSTOM
 #undef SLICE_HOOK_NVML
+#undef SLICE_HOOK_NVML_AROUND
 
 namespace slice::shim {
+
+namespace detail {
+constinit thread_local unsigned t_hook_depth = 0;
+constinit thread_local HookFrame* t_outer_frame = nullptr;
+}  // namespace detail
+
 namespace {
 
 const HookInfo kHooks[] = {

@@ -4,7 +4,7 @@
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT CUresult cuInit(unsigned int Flags) {
+SLICE_HOOK_BODY(CUresult, cuInit)(unsigned int Flags) {
   const auto real = SLICE_REAL(cuInit);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;   // no driver: as if libslice were not there
   if (session_config() == nullptr) return start_session();  // fails closed, with one error line

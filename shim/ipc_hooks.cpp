@@ -89,20 +89,20 @@ void withdraw_ipc_exports(Session& s, CUdeviceptr dptr, std::uint64_t context) {
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
+SLICE_HOOK_BODY(CUresult, cuIpcGetMemHandle)(CUipcMemHandle* pHandle, CUdeviceptr dptr) {
   return after_success([&] { return SLICE_CALL_REAL(cuIpcGetMemHandle, pHandle, dptr); },
                        [&](Session& s) { note_export(s, dptr, digest_of(*pHandle)); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags) {
+SLICE_HOOK_BODY(CUresult, cuIpcOpenMemHandle_v2)(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags) {
   return open_handle(pdptr, handle, [&] { return SLICE_CALL_REAL(cuIpcOpenMemHandle_v2, pdptr, handle, Flags); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags) {
+SLICE_HOOK_BODY(CUresult, cuIpcOpenMemHandle)(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int Flags) {
   return open_handle(pdptr, handle, [&] { return SLICE_CALL_REAL(cuIpcOpenMemHandle, pdptr, handle, Flags); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {
+SLICE_HOOK_BODY(CUresult, cuIpcCloseMemHandle)(CUdeviceptr dptr) {
   const auto call = [&] { return SLICE_CALL_REAL(cuIpcCloseMemHandle, dptr); };
   return accounted(
       [&](Session& s) {

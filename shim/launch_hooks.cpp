@@ -14,8 +14,8 @@ constexpr unsigned kMaxGatedDevices = slice::kMaxDevices;  // a multi-device lau
 }  // namespace
 
 // One kernel per device, each into its own stream (and context): each device's gate is passed.
-extern "C" SLICE_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* launchParamsList,
-                                                                      unsigned int numDevices, unsigned int flags) {
+SLICE_HOOK_BODY(CUresult, cuLaunchCooperativeKernelMultiDevice)
+(CUDA_LAUNCH_PARAMS* launchParamsList, unsigned int numDevices, unsigned int flags) {
   const auto call = [&] {
     return SLICE_CALL_REAL(cuLaunchCooperativeKernelMultiDevice, launchParamsList, numDevices, flags);
   };

@@ -87,7 +87,7 @@ CUresult place(Session& s, CUdeviceptr ptr, std::size_t count, int target, bool 
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device) {
+SLICE_HOOK_BODY(CUresult, cuMemAdvise)(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemAdvise, devPtr, count, advice, device); };
   return accounted(
       [&](Session& s) {
@@ -97,8 +97,8 @@ extern "C" SLICE_EXPORT CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, C
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
-                                                CUmemLocation location) {
+SLICE_HOOK_BODY(CUresult, cuMemAdvise_v2)
+(CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUmemLocation location) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemAdvise_v2, devPtr, count, advice, location); };
   return accounted(
       [&](Session& s) {
@@ -108,32 +108,31 @@ extern "C" SLICE_EXPORT CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
-                                                    CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuMemPrefetchAsync)(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemPrefetchAsync, devPtr, count, dstDevice, hStream); };
   return accounted(
       [&](Session& s) { return place(s, devPtr, count, target_of(s, dstDevice), true, "cuMemPrefetchAsync", call); },
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemPrefetchAsync_ptsz(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
-                                                         CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuMemPrefetchAsync_ptsz)
+(CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemPrefetchAsync_ptsz, devPtr, count, dstDevice, hStream); };
   return accounted(
       [&](Session& s) { return place(s, devPtr, count, target_of(s, dstDevice), true, "cuMemPrefetchAsync", call); },
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
-                                                       unsigned int flags, CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuMemPrefetchAsync_v2)
+(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemPrefetchAsync_v2, devPtr, count, location, flags, hStream); };
   return accounted(
       [&](Session& s) { return place(s, devPtr, count, target_of(s, location), true, "cuMemPrefetchAsync", call); },
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemPrefetchAsync_v2_ptsz(CUdeviceptr devPtr, size_t count, CUmemLocation location,
-                                                            unsigned int flags, CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuMemPrefetchAsync_v2_ptsz)
+(CUdeviceptr devPtr, size_t count, CUmemLocation location, unsigned int flags, CUstream hStream) {
   const auto call = [&] {
     return SLICE_CALL_REAL(cuMemPrefetchAsync_v2_ptsz, devPtr, count, location, flags, hStream);
   };

@@ -89,12 +89,12 @@ void settle_charge(Session& s, int device, std::uint64_t charged, std::uint64_t 
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytesize) {
+SLICE_HOOK_BODY(CUresult, cuMemAlloc_v2)(CUdeviceptr* dptr, size_t bytesize) {
   return alloc_on_current_device("cuMemAlloc", bytesize, dptr,
                                  [&] { return SLICE_CALL_REAL(cuMemAlloc_v2, dptr, bytesize); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int bytesize) {
+SLICE_HOOK_BODY(CUresult, cuMemAlloc)(CUdeviceptr_v1* dptr, unsigned int bytesize) {
   CUdeviceptr wide = 0;
   return alloc_on_current_device("cuMemAlloc", bytesize, &wide, [&] {
     const CUresult rc = SLICE_CALL_REAL(cuMemAlloc, dptr, bytesize);
@@ -103,21 +103,22 @@ extern "C" SLICE_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1* dptr, unsigned int b
   });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
+SLICE_HOOK_BODY(CUresult, cuMemAllocManaged)(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   return alloc_on_current_device(
       "cuMemAllocManaged", bytesize, dptr, [&] { return SLICE_CALL_REAL(cuMemAllocManaged, dptr, bytesize, flags); },
       true);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes,
-                                                    size_t Height, unsigned int ElementSizeBytes) {
+SLICE_HOOK_BODY(CUresult, cuMemAllocPitch_v2)
+(CUdeviceptr* dptr, size_t* pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes) {
   return alloc_pitch("cuMemAllocPitch", dptr, pPitch, WidthInBytes, Height, [&] {
     return SLICE_CALL_REAL(cuMemAllocPitch_v2, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned int* pPitch, unsigned int WidthInBytes,
-                                                 unsigned int Height, unsigned int ElementSizeBytes) {
+SLICE_HOOK_BODY(CUresult, cuMemAllocPitch)
+(CUdeviceptr_v1* dptr, unsigned int* pPitch, unsigned int WidthInBytes, unsigned int Height,
+ unsigned int ElementSizeBytes) {
   CUdeviceptr wide = 0;
   return alloc_pitch("cuMemAllocPitch", &wide, pPitch, WidthInBytes, Height, [&] {
     const CUresult rc = SLICE_CALL_REAL(cuMemAllocPitch, dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
@@ -126,10 +127,10 @@ extern "C" SLICE_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1* dptr, unsigned 
   });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+SLICE_HOOK_BODY(CUresult, cuMemFree_v2)(CUdeviceptr dptr) {
   return free_pointer(dptr, [&] { return SLICE_CALL_REAL(cuMemFree_v2, dptr); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr) {
+SLICE_HOOK_BODY(CUresult, cuMemFree)(CUdeviceptr_v1 dptr) {
   return free_pointer(dptr, [&] { return SLICE_CALL_REAL(cuMemFree, dptr); });
 }

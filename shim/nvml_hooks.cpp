@@ -28,8 +28,7 @@ constexpr nvmlReturn_t kNvmlFailedClosed = NVML_ERROR_INVALID_ARGUMENT;
 std::string uuid_of(nvmlDevice_t device) {
   char uuid[96] = {};
   const auto get = SLICE_REAL(nvmlDeviceGetUUID);
-  if (get == nullptr || nvml_call(get, device, uuid, static_cast<unsigned int>(sizeof uuid - 1)) != NVML_SUCCESS)
-    return {};
+  if (get == nullptr || get(device, uuid, static_cast<unsigned int>(sizeof uuid - 1)) != NVML_SUCCESS) return {};
   return uuid;
 }
 
@@ -65,7 +64,7 @@ bool slice_for(nvmlDevice_t device, std::uint64_t total, std::uint64_t free, Sli
   if (Session* s = current_session()) {
     const int index = s->index_of_uuid(uuid);
     if (index < 0) return false;  // a GPU this process cannot use: not part of its slice
-    out = slice_of(*s, index, total, free);
+    out = slice_of(*s, index, total, free, SliceLook::figures_only);  // never a look from inside NVML
     return out.capped;
   }
   const Config* config = session_config();
@@ -91,7 +90,6 @@ bool tenant_known() {
 
 // The application's init: counted apart from libslice's own reference (nvml_use.h).
 nvmlReturn_t nvml_init(NvmlInit which, unsigned int flags) {
-  if (inside_nvml()) return application_nvml_init(which, flags);  // NVML calling itself: straight through
   if (session_config() == nullptr) {
     start_session();  // writes the one error line and fails closed, without touching the driver
     return kNvmlFailedClosed;
@@ -102,8 +100,8 @@ nvmlReturn_t nvml_init(NvmlInit which, unsigned int flags) {
 // The driver's list, of any process-info layout, filtered to the tenant's processes.
 template <typename Info, typename Call>
 nvmlReturn_t tenant_processes(unsigned int* count, Info* infos, Call&& call) {
-  if (inside_nvml()) return call(count, infos);  // NVML calling itself: straight through
   if (session_state() == SessionState::failed) return kNvmlFailedClosed;
+  if (nvml_closed_to_program()) return NVML_ERROR_UNINITIALIZED;  // NVML is started only for libslice
   if (disabled() || count == nullptr || !tenant_known()) return call(count, infos);
   std::vector<Info> all(64);
   nvmlReturn_t rc;
@@ -134,14 +132,12 @@ nvmlReturn_t tenant_processes(unsigned int* count, Info* infos, Call&& call) {
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT nvmlReturn_t nvmlInit_v2(void) { return nvml_init(NvmlInit::v2, 0); }
-extern "C" SLICE_EXPORT nvmlReturn_t nvmlInit(void) { return nvml_init(NvmlInit::v1, 0); }
-extern "C" SLICE_EXPORT nvmlReturn_t nvmlInitWithFlags(unsigned int flags) {
-  return nvml_init(NvmlInit::with_flags, flags);
-}
+SLICE_HOOK_BODY(nvmlReturn_t, nvmlInit_v2)(void) { return nvml_init(NvmlInit::v2, 0); }
+SLICE_HOOK_BODY(nvmlReturn_t, nvmlInit)(void) { return nvml_init(NvmlInit::v1, 0); }
+SLICE_HOOK_BODY(nvmlReturn_t, nvmlInitWithFlags)(unsigned int flags) { return nvml_init(NvmlInit::with_flags, flags); }
 
 // Counted against the application's inits, so that its last one ends NVML (nvml_use.h).
-extern "C" SLICE_EXPORT nvmlReturn_t nvmlShutdown(void) { return application_nvml_shutdown(); }
+SLICE_HOOK_BODY(nvmlReturn_t, nvmlShutdown)(void) { return application_nvml_shutdown(); }
 
 namespace {
 
@@ -150,9 +146,9 @@ namespace {
 template <typename Memory, typename Fn>
 nvmlReturn_t slice_memory_info(Fn real, nvmlDevice_t device, Memory* memory) {
   if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
-  if (inside_nvml()) return real(device, memory);  // NVML calling itself: straight through
   if (session_state() == SessionState::failed) return kNvmlFailedClosed;
-  const nvmlReturn_t rc = nvml_call(real, device, memory);
+  if (nvml_closed_to_program()) return NVML_ERROR_UNINITIALIZED;  // NVML is started only for libslice
+  const nvmlReturn_t rc = call_real(real, device, memory);
   SliceMemory m;
   if (rc != NVML_SUCCESS || memory == nullptr || disabled() || !slice_for(device, memory->total, memory->free, m))
     return rc;
@@ -180,12 +176,12 @@ nvmlReturn_t slice::shim::running_processes(nvmlDevice_t device, unsigned int* c
                                             decltype(&::nvmlDeviceGetComputeRunningProcesses_v3) real) {
   if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
   return tenant_processes(count, infos,
-                          [&](unsigned int* n, nvmlProcessInfo_t* out) { return nvml_call(real, device, n, out); });
+                          [&](unsigned int* n, nvmlProcessInfo_t* out) { return call_real(real, device, n, out); });
 }
 
 nvmlReturn_t slice::shim::running_processes(nvmlDevice_t device, unsigned int* count, nvmlProcessInfo_v1_t* infos,
                                             decltype(&::nvmlDeviceGetComputeRunningProcesses) real) {
   if (real == nullptr) return NVML_ERROR_UNINITIALIZED;
   return tenant_processes(count, infos,
-                          [&](unsigned int* n, nvmlProcessInfo_v1_t* out) { return nvml_call(real, device, n, out); });
+                          [&](unsigned int* n, nvmlProcessInfo_v1_t* out) { return call_real(real, device, n, out); });
 }

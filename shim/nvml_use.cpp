@@ -6,76 +6,74 @@
 #include <tuple>
 #include <vector>
 
+#include "fork_guard.h"
+#include "futex.h"
+#include "hook_support.h"
 #include "keep_errno.h"
 #include "log.h"
+#include "nvml_gate.h"
 #include "shim.h"
 #include "tenant_file.h"  // monotonic_ns
 
 namespace slice::shim {
 namespace {
 
-// A start of NVML longer than this makes looks costly (about 11 ms, then 2 ms, on the H200; a few
-// microseconds on the simulated GPU).
-constexpr std::uint64_t kCostlyStartNs = 1'000'000;
+// libslice's reference: not taken yet, being taken (by one thread), held, or NVML would not start.
+enum : std::uint32_t { kNotStarted, kStarting, kStarted, kUnavailable };
+constinit std::atomic<std::uint32_t> g_own{kNotStarted};  // a futex: threads wait for a start
+constinit std::atomic<std::uint64_t> g_start_ns{0};
+// How long a look waits for another thread's start of NVML (about 11 ms on the H200).
+constexpr std::uint64_t kStartWaitNs = 5'000'000'000;
 
-// No lock: NVML's own count keeps it started while a look holds a reference, and NVML's entry
-// points may call one another through the dynamic linker, that is through libslice's hooks, from
-// inside a call libslice made (a lock held across it would never be let go).
-struct NvmlState {
-  std::atomic<int> application_refs{0};         // the application's successful inits less its shutdowns
-  std::atomic<bool> unavailable{false};         // libslice's own nvmlInit failed once: it does not try again
-  std::atomic<std::uint64_t> last_start_ns{0};  // how long libslice's last nvmlInit took
-};
-
-// Made on first use, never destroyed (a hook may measure while the process exits).
-NvmlState& state() {
-  static NvmlState* s = new NvmlState();
-  return *s;
+// Starts NVML for libslice once; true while libslice holds its reference.
+bool own_reference() {
+  std::uint32_t state = g_own.load(std::memory_order_acquire);
+  if (state == kStarted) return true;
+  if (state == kUnavailable) return false;
+  const auto init = SLICE_REAL(nvmlInit_v2);
+  if (init == nullptr) return false;
+  if (state == kNotStarted && g_own.compare_exchange_strong(state, kStarting)) {
+    const OwnWork own;  // a fork waits for it: a child must not inherit NVML half started
+    const std::uint64_t start = monotonic_ns();
+    const nvmlReturn_t rc = init();
+    g_start_ns.store(std::max<std::uint64_t>(monotonic_ns() - start, 1), std::memory_order_relaxed);
+    if (rc == NVML_SUCCESS) nvml_view_own_reference();  // before the state says so (nvml_gate.h)
+    g_own.store(rc == NVML_SUCCESS ? kStarted : kUnavailable, std::memory_order_release);
+    futex_wake_all(&g_own, false);
+    if (rc != NVML_SUCCESS)
+      log::info("libslice could not start NVML (nvmlInit_v2: " + std::to_string(rc) +
+                "): it measures no context memory and reconciles nothing with the driver");
+    return rc == NVML_SUCCESS;
+  }
+  // Another thread starts it: its start takes milliseconds, and waits for nothing of ours.
+  const std::uint64_t deadline = monotonic_ns() + kStartWaitNs;
+  while ((state = g_own.load(std::memory_order_acquire)) == kStarting) {
+    const std::uint64_t now = monotonic_ns();
+    if (now >= deadline) return false;
+    futex_wait(&g_own, kStarting, deadline - now, false);
+  }
+  return state == kStarted;
 }
-
-thread_local int t_inside_nvml = 0;
 
 }  // namespace
 
-InsideNvml::InsideNvml() noexcept { ++t_inside_nvml; }
-InsideNvml::~InsideNvml() { --t_inside_nvml; }
-bool inside_nvml() noexcept { return t_inside_nvml != 0; }
-
 NvmlLook::NvmlLook() {
   const KeepErrno keep;
-  NvmlState& n = state();
-  const auto init = SLICE_REAL(nvmlInit_v2);
-  if (n.unavailable.load(std::memory_order_relaxed) || init == nullptr || SLICE_REAL(nvmlShutdown) == nullptr) return;
-  const std::uint64_t start = monotonic_ns();
-  const nvmlReturn_t rc = nvml_call(init);
-  n.last_start_ns.store(monotonic_ns() - start, std::memory_order_relaxed);
-  if (rc != NVML_SUCCESS) {
-    if (!n.unavailable.exchange(true))
-      log::info("libslice could not start NVML (nvmlInit_v2: " + std::to_string(rc) +
-                "): it measures no context memory and reconciles nothing with the driver");
-    return;
-  }
-  own_ref_ = true;
-}
-
-NvmlLook::~NvmlLook() {
-  if (!own_ref_) return;
-  const KeepErrno keep;
-  nvml_call(SLICE_REAL(nvmlShutdown));
+  started_ = own_reference();
 }
 
 std::optional<std::uint64_t> NvmlLook::process_memory(const std::string& uuid) {
-  if (!own_ref_) return std::nullopt;  // NVML did not start
+  if (!started_) return std::nullopt;  // NVML did not start
   const KeepErrno keep;
+  const OwnWork own;  // a fork waits for it
   const auto by_uuid = SLICE_REAL(nvmlDeviceGetHandleByUUID);
   const auto processes = SLICE_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
   nvmlDevice_t device = nullptr;
-  if (by_uuid == nullptr || processes == nullptr || nvml_call(by_uuid, uuid.c_str(), &device) != NVML_SUCCESS)
-    return std::nullopt;
+  if (by_uuid == nullptr || processes == nullptr || by_uuid(uuid.c_str(), &device) != NVML_SUCCESS) return std::nullopt;
   std::vector<nvmlProcessInfo_t> infos(64);
   for (;;) {
     unsigned int count = static_cast<unsigned int>(infos.size());
-    const nvmlReturn_t rc = nvml_call(processes, device, &count, infos.data());
+    const nvmlReturn_t rc = processes(device, &count, infos.data());
     if (rc == NVML_ERROR_INSUFFICIENT_SIZE && count > infos.size()) {
       infos.resize(count + 16);  // processes came meanwhile
       continue;
@@ -90,48 +88,39 @@ std::optional<std::uint64_t> NvmlLook::process_memory(const std::string& uuid) {
   return 0;  // not listed: nothing of this process on that device yet
 }
 
-bool nvml_looks_costly() noexcept {
-  const NvmlState& n = state();
-  return n.application_refs.load(std::memory_order_relaxed) == 0 &&
-         n.last_start_ns.load(std::memory_order_relaxed) > kCostlyStartNs;
+std::uint64_t nvml_start_ns() noexcept { return g_start_ns.load(std::memory_order_relaxed); }
+
+void nvml_after_fork_in_child() noexcept {
+  // A start under way on a thread that is not in the child never ends here.
+  if (g_own.load() == kStarting) g_own.store(kUnavailable);
 }
 
 nvmlReturn_t application_nvml_init(NvmlInit which, unsigned int flags) noexcept {
   // The first call loads NVML, whose dlopen may set errno on its way: libslice's doing, not the
-  // call's. What NVML itself does to errno, the application sees as without libslice.
-  const auto [v1, v2, with_flags] = [] {
-    const KeepErrno keep;
-    return std::tuple{SLICE_REAL(nvmlInit), SLICE_REAL(nvmlInit_v2), SLICE_REAL(nvmlInitWithFlags)};
-  }();
+  // call's (the hook's frame gives the program its own errno back, and NVML's).
+  const auto [v1, v2, with_flags] =
+      std::tuple{SLICE_REAL(nvmlInit), SLICE_REAL(nvmlInit_v2), SLICE_REAL(nvmlInitWithFlags)};
   if ((which == NvmlInit::v1 && v1 == nullptr) || (which == NvmlInit::v2 && v2 == nullptr) ||
       (which == NvmlInit::with_flags && with_flags == nullptr))
     return NVML_ERROR_LIBRARY_NOT_FOUND;
-  // Not counted: a call NVML makes of itself from inside one already counted or of libslice's own,
-  // or any with SLICE_DISABLE (libslice looks at nothing then).
-  const bool counted = !inside_nvml() && !disabled();
-  const nvmlReturn_t rc = nvml_call([&] {
-    return which == NvmlInit::v1 ? v1() : which == NvmlInit::v2 ? v2() : with_flags(flags);
-  });
-  if (rc == NVML_SUCCESS && counted) state().application_refs.fetch_add(1);
+  const nvmlReturn_t rc = which == NvmlInit::v1   ? call_real(v1)
+                          : which == NvmlInit::v2 ? call_real(v2)
+                                                  : call_real(with_flags, flags);
+  // Not counted with SLICE_DISABLE (libslice looks at nothing then).
+  if (rc == NVML_SUCCESS && !disabled()) nvml_view_program_init();
   return rc;
 }
 
 nvmlReturn_t application_nvml_shutdown() noexcept {
-  const auto shutdown = [] {
-    const KeepErrno keep;  // as in application_nvml_init
-    return SLICE_REAL(nvmlShutdown);
-  }();
+  const auto shutdown = SLICE_REAL(nvmlShutdown);
   if (shutdown == nullptr) return NVML_ERROR_UNINITIALIZED;
-  if (inside_nvml() || disabled()) return shutdown();
-  NvmlState& n = state();
-  int refs = n.application_refs.load();
-  while (refs > 0 && !n.application_refs.compare_exchange_weak(refs, refs - 1)) {
-  }
+  if (disabled()) return call_real(shutdown);
   // One shutdown more than its inits (every init of the application's was counted here): NVML's
-  // answer to a count of zero, without asking it. Passed on, it would take the reference of a look
-  // that another thread may be starting at this very moment.
-  if (refs == 0) return NVML_ERROR_UNINITIALIZED;
-  return nvml_call(shutdown);
+  // answer to a count of zero, without asking it. Passed on, it would take libslice's reference.
+  if (!nvml_view_program_shutdown()) return NVML_ERROR_UNINITIALIZED;
+  return call_real(shutdown);
 }
+
+bool nvml_closed_to_program() noexcept { return nvml_view_closed(); }
 
 }  // namespace slice::shim

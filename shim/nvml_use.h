@@ -5,34 +5,33 @@
 // application's and the driver's per-thread slots; on the real driver every Python program then
 // crashed at its first context (issue 22).
 //
-// NVML counts nvmlInit and nvmlShutdown, and the application must see NVML as it would without
-// libslice: a call before its first nvmlInit or after its last nvmlShutdown fails with
-// NVML_ERROR_UNINITIALIZED, and an extra nvmlShutdown of its own cannot take a reference of
-// libslice's. So libslice never keeps a reference beyond a look:
-// - each look (NvmlLook) takes a reference of its own with nvmlInit_v2 and gives it back with
-//   nvmlShutdown: about 4 us where NVML is started already (the application holds it), else a start
-//   and an end (about 11 ms the first time in a process, about 5 ms once a context exists, on the
-//   H200); a context's creation is measured so, and where the last start took more than a
-//   millisecond and the application holds none, reconciliation looks ten times less often
-//   (nvml_looks_costly);
-// - the application's inits and shutdowns pass through here (nvml_hooks.cpp) and are counted; one
-//   of its shutdowns beyond its inits is answered NVML_ERROR_UNINITIALIZED without reaching NVML
-//   (NVML's answer for a count of zero; passed on, it could take a look's reference);
-// - no lock is held across a call into NVML: NVML's entry points may call one another through the
-//   dynamic linker, that is through libslice's hooks (the simulated NVML's do; tests/gpu/run.sh's
-//   nvml-reentry tells for the real one). Such a call, made from inside a call that libslice's hooks
-//   or looks made (InsideNvml), passes straight through, uncounted and unchanged. (A lock held
-//   across nvmlInit_v2 hung every process at its first context on the H200, 2026-12-04.)
-// What remains visible: while a look holds NVML started (a context's creation, a reconciliation),
-// NVML answers another thread of the application that calls it without nvmlInit; and NVML's
-// first start leaves its own thread, descriptors (close-on-exec) and one pthread key in a process
-// that never used NVML itself, as the driver's own start does.
-// Not covered: a call NVML makes from a thread of its own into a hooked entry point is not marked
-// (the mark is per thread) and is taken as the application's (tests/gpu/run.sh's nvml-reentry
-// reports whether the real NVML makes any: other_threads).
-// libslice's NVML calls are made from the thread that needs the figure: the application's at a
-// context's creation or a refusal, libslice's compute watcher for the periodic reconciliation. With
-// one C library NVML's per-thread state is its own on each, as in any program that uses NVML.
+// One start for the life of the process (issue 25). libslice starts NVML once, at its first look,
+// and keeps that reference until the process ends. Each start of NVML costs milliseconds on a real
+// GPU (11 ms the first, 2-5 ms after, on the H200) and may leave state behind (a thread, a key,
+// descriptors): a start and an end per look, at every context, refusal, cuMemGetInfo and
+// reconciliation, would pile up whatever NVML leaves per start (1024 pthread keys end a process)
+// and would put the watcher inside nvmlInit for milliseconds at a time, where a fork() could catch
+// it. So a look needs no start after the first, the watcher's looks are short queries, and what
+// NVML keeps is what any program that uses NVML keeps.
+//
+// The program sees NVML as it would without libslice's reference (NVML counts nvmlInit and
+// nvmlShutdown, and answers NVML_ERROR_UNINITIALIZED at a count of zero):
+// - its inits and shutdowns pass through here (nvml_hooks.cpp) and are counted; a shutdown beyond its
+//   inits is answered NVML_ERROR_UNINITIALIZED without reaching NVML (passed on, it would take
+//   libslice's reference);
+// - while it holds none and libslice holds its own, NVML is "closed" to it: the hooked NVML
+//   functions answer NVML_ERROR_UNINITIALIZED, and so does every other NVML function it looked up
+//   through dlsym (nvml_gate.cpp hands out a gate in front of each);
+// - what is not covered: an NVML function the program bound at link time (-lnvidia-ml) that
+//   libslice does not hook, called after its last nvmlShutdown in a process where libslice started
+//   NVML, gets NVML's answer rather than NVML_ERROR_UNINITIALIZED.
+//
+// No lock is held across a call into NVML: NVML's entry points may call one another through the
+// dynamic linker, that is through libslice's hooks, and those calls (in the hook's frame, or on a
+// thread of libslice's own) pass straight through (hook_frame.h). A hook reached from a thread of
+// NVML's own is taken as the program's, and no hook ever starts a look: NVML's hooks answer from
+// the figures reconciled last (issue 25). The first start waits for nothing of libslice's; a thread
+// that needs NVML while another starts it waits for that start (a few milliseconds, bounded).
 #pragma once
 
 #include <cstdint>
@@ -43,13 +42,10 @@
 
 namespace slice::shim {
 
-// NVML started for libslice's looks from construction to destruction: through the application's
-// reference where it holds one, else through one of libslice's own, taken here and given back at
-// destruction.
+// NVML started for libslice's looks: the first look starts it, once for the process.
 class NvmlLook {
  public:
   NvmlLook();
-  ~NvmlLook();
   NvmlLook(const NvmlLook&) = delete;
   NvmlLook& operator=(const NvmlLook&) = delete;
 
@@ -60,33 +56,19 @@ class NvmlLook {
   std::optional<std::uint64_t> process_memory(const std::string& uuid);
 
  private:
-  bool own_ref_ = false;  // this look took a reference of libslice's
+  bool started_ = false;
 };
-
-// True when a look now costs an NVML start and end (the application holds no reference) and the
-// last start took more than a millisecond.
-bool nvml_looks_costly() noexcept;
-
-// Marks the calling thread as inside a call into NVML that libslice made (a hook's or a look's):
-// NVML's calls of its own entry points, which reach libslice's hooks, pass straight through.
-class InsideNvml {
- public:
-  InsideNvml() noexcept;
-  ~InsideNvml();
-  InsideNvml(const InsideNvml&) = delete;
-  InsideNvml& operator=(const InsideNvml&) = delete;
-};
-bool inside_nvml() noexcept;
-template <typename Fn, typename... Args>
-auto nvml_call(Fn fn, Args... args) {
-  const InsideNvml inside;
-  return fn(args...);
-}
 
 // The application's nvmlInit, nvmlInit_v2 or nvmlInitWithFlags(flags), and its nvmlShutdown, made
 // and counted as above. NVML_ERROR_LIBRARY_NOT_FOUND where NVML is not installed.
 enum class NvmlInit { v1, v2, with_flags };
 nvmlReturn_t application_nvml_init(NvmlInit which, unsigned int flags) noexcept;
 nvmlReturn_t application_nvml_shutdown() noexcept;
+
+// Whether NVML is closed to the program now: libslice holds its reference and the program none.
+bool nvml_closed_to_program() noexcept;
+
+// How long libslice's start of NVML took (0 before it): what the docs and tests report.
+std::uint64_t nvml_start_ns() noexcept;
 
 }  // namespace slice::shim

@@ -184,29 +184,29 @@ bool settle_pools(Session& s, int device) {
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuMemAllocAsync)(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
   return alloc_async(dptr, bytesize, hStream, false, "cuMemAllocAsync",
                      [&] { return SLICE_CALL_REAL(cuMemAllocAsync, dptr, bytesize, hStream); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuMemAllocAsync_ptsz)(CUdeviceptr* dptr, size_t bytesize, CUstream hStream) {
   return alloc_async(dptr, bytesize, hStream, true, "cuMemAllocAsync",
                      [&] { return SLICE_CALL_REAL(cuMemAllocAsync_ptsz, dptr, bytesize, hStream); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                                         CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuMemAllocFromPoolAsync)
+(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
   return alloc_from_pool(dptr, bytesize, pool, hStream, false, "cuMemAllocFromPoolAsync",
                          [&] { return SLICE_CALL_REAL(cuMemAllocFromPoolAsync, dptr, bytesize, pool, hStream); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool,
-                                                              CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuMemAllocFromPoolAsync_ptsz)
+(CUdeviceptr* dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream) {
   return alloc_from_pool(dptr, bytesize, pool, hStream, true, "cuMemAllocFromPoolAsync",
                          [&] { return SLICE_CALL_REAL(cuMemAllocFromPoolAsync_ptsz, dptr, bytesize, pool, hStream); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
+SLICE_HOOK_BODY(CUresult, cuMemPoolCreate)(CUmemoryPool* pool, const CUmemPoolProps* poolProps) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemPoolCreate, pool, poolProps); };
   return accounted(
       [&](Session& s) {
@@ -224,7 +224,7 @@ extern "C" SLICE_EXPORT CUresult cuMemPoolCreate(CUmemoryPool* pool, const CUmem
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+SLICE_HOOK_BODY(CUresult, cuMemPoolDestroy)(CUmemoryPool pool) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemPoolDestroy, pool); };
   return accounted(
       [&](Session& s) {
@@ -265,11 +265,11 @@ CUresult settle_after(CUmemoryPool pool, Call&& call) {
 
 }  // namespace
 
-extern "C" SLICE_EXPORT CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep) {
+SLICE_HOOK_BODY(CUresult, cuMemPoolTrimTo)(CUmemoryPool pool, size_t minBytesToKeep) {
   return settle_after(pool, [&] { return SLICE_CALL_REAL(cuMemPoolTrimTo, pool, minBytesToKeep); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
+SLICE_HOOK_BODY(CUresult, cuMemPoolSetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void* value) {
   return settle_after(pool, [&] { return SLICE_CALL_REAL(cuMemPoolSetAttribute, pool, attr, value); });
 }
 
@@ -296,10 +296,10 @@ CUresult slice::shim::synchronize(RealCall call) {
   return rc;
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuMemFreeAsync)(CUdeviceptr dptr, CUstream hStream) {
   return free_async(dptr, [&] { return SLICE_CALL_REAL(cuMemFreeAsync, dptr, hStream); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream) {
+SLICE_HOOK_BODY(CUresult, cuMemFreeAsync_ptsz)(CUdeviceptr dptr, CUstream hStream) {
   return free_async(dptr, [&] { return SLICE_CALL_REAL(cuMemFreeAsync_ptsz, dptr, hStream); });
 }

@@ -10,6 +10,7 @@
 #include <cuda.h>
 
 #include <mutex>
+#include <new>
 #include <set>
 #include <string>
 
@@ -17,6 +18,7 @@
 #include "procaddr_map.h"
 #include "shim.h"
 
+#include "fork_guard.h"
 #include "hook_support.h"  // SLICE_EXPORT
 
 namespace {
@@ -33,11 +35,15 @@ const HookInfo* hook_answering(void* fn) {
   return nullptr;
 }
 
+// The functions warned about, guarded by g_warned_mu; made on first use, never destroyed (hooks may
+// run at exit), and no static guard (a fork may come at any time).
+std::mutex g_warned_mu;
+std::set<std::string>* g_warned = nullptr;
+
 void warn_unknown_once(const char* symbol, int cuda_version) {
-  static std::mutex mu;
-  static auto* warned = new std::set<std::string>();  // never destroyed: hooks may run at exit
-  std::lock_guard<std::mutex> lock(mu);
-  if (!warned->insert(symbol).second) return;
+  std::lock_guard<std::mutex> lock(g_warned_mu);
+  if (g_warned == nullptr) g_warned = new std::set<std::string>();
+  if (!g_warned->insert(symbol).second) return;
   slice::log::warn(std::string("cuGetProcAddress(") + symbol + ", " + std::to_string(cuda_version) +
                    "): the driver answered a function libslice does not know (an ABI newer than libslice); "
                    "it is passed on unhooked, so what it allocates or launches is not sliced");
@@ -73,19 +79,22 @@ void substitute_wrapper(const char* symbol, void** pfn, int cuda_version, cuuint
 
 }  // namespace
 
-extern "C" SLICE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
+// A forked child: no thread that may have held the lock.
+void slice::shim::procaddr_after_fork_in_child() noexcept { new (&g_warned_mu) std::mutex(); }
+
+SLICE_HOOK_BODY(CUresult, cuGetProcAddress)(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags) {
   const auto real = SLICE_REAL(cuGetProcAddress);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  const CUresult rc = real(symbol, pfn, cudaVersion, flags);
+  const CUresult rc = slice::shim::call_real(real, symbol, pfn, cudaVersion, flags);
   if (rc == CUDA_SUCCESS) substitute_wrapper(symbol, pfn, cudaVersion, flags);
   return rc;
 }
 
-extern "C" SLICE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags,
-                                                     CUdriverProcAddressQueryResult* symbolStatus) {
+SLICE_HOOK_BODY(CUresult, cuGetProcAddress_v2)
+(const char* symbol, void** pfn, int cudaVersion, cuuint64_t flags, CUdriverProcAddressQueryResult* symbolStatus) {
   const auto real = SLICE_REAL(cuGetProcAddress_v2);
   if (real == nullptr) return CUDA_ERROR_NOT_INITIALIZED;
-  const CUresult rc = real(symbol, pfn, cudaVersion, flags, symbolStatus);
+  const CUresult rc = slice::shim::call_real(real, symbol, pfn, cudaVersion, flags, symbolStatus);
   if (rc == CUDA_SUCCESS) substitute_wrapper(symbol, pfn, cudaVersion, flags);
   return rc;
 }

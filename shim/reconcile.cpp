@@ -11,8 +11,6 @@
 namespace slice::shim {
 
 bool reconcile(Session& s, int device, std::uint64_t max_age_ns) noexcept {
-  // A look that must start NVML costs milliseconds on a real GPU: then ten times less often.
-  if (nvml_looks_costly()) max_age_ns *= kReconcileCostlyFactor;
   const KeepErrno keep;
   std::atomic<std::uint64_t>& last = s.reconciled_ns[device];
   const std::uint64_t now = monotonic_ns();

@@ -6,10 +6,10 @@
 // already, so the next allocation is refused instead) and shown apart in slicectl status.
 //
 // When: at every compute watcher tick that is a second or more after the last (a process that
-// launches kernels), before a refusal (at most every 100 ms), and before a report (cuMemGetInfo,
-// NVML's memory info; at most every second); ten times less often where each look must start NVML
-// and that takes milliseconds (shim/nvml_use.h: the application holds no NVML reference, on a real
-// GPU). Error: a measurement races the process's own
+// launches kernels), before a refusal (at most every 100 ms), and before cuMemGetInfo (at most every
+// second); never from inside NVML (its memory-info hooks answer from the figures reconciled last).
+// Each look is a query of NVML, started once for the process (shim/nvml_use.h). Error: a
+// measurement races the process's own
 // allocations; charges come before the driver's allocation and go after its free, and the charged
 // figure is read on both sides of the measurement, so a race can only make the overhead look
 // smaller until the next reconciliation, never larger. Where NVML cannot see this process (its PID
@@ -24,8 +24,6 @@ struct Session;
 
 inline constexpr std::uint64_t kReconcileTickNs = 1'000'000'000;   // the watcher, and reports
 inline constexpr std::uint64_t kReconcileRefusalNs = 100'000'000;  // before a refusal
-// Where looks are costly (nvml_looks_costly), the ages above are this many times longer.
-inline constexpr std::uint64_t kReconcileCostlyFactor = 10;
 
 // Reconciles `device` unless it was done within `max_age_ns`, or another thread is doing it.
 // Returns true when the overhead went down (a refused request may fit now).

@@ -10,12 +10,14 @@
 
 namespace slice::shim {
 
-SliceMemory slice_of(Session& s, int device, std::uint64_t device_total, std::uint64_t device_free) {
+SliceMemory slice_of(Session& s, int device, std::uint64_t device_total, std::uint64_t device_free, SliceLook look) {
   SliceMemory m{device_total, device_free, false};
   const std::uint64_t cap = s.coordinator->cap(device);
   if (cap == kNoLimit) return m;
-  settle_pools(s, device);                 // a synchronisation may have given pool memory back
-  reconcile(s, device, kReconcileTickNs);  // and the driver may hold memory no call charged
+  if (look == SliceLook::settle_and_reconcile) {
+    settle_pools(s, device);                 // a synchronisation may have given pool memory back
+    reconcile(s, device, kReconcileTickNs);  // and the driver may hold memory no call charged
+  }
   return clamp_to_cap(device_total, device_free, cap, s.coordinator->usage_without_dead(device));
 }
 
@@ -65,18 +67,18 @@ CUresult device_total_mem(Size* bytes, CUdevice dev, Call&& call) {
 
 }  // namespace
 
-extern "C" SLICE_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+SLICE_HOOK_BODY(CUresult, cuMemGetInfo_v2)(size_t* free, size_t* total) {
   return mem_get_info(free, total, [&] { return SLICE_CALL_REAL(cuMemGetInfo_v2, free, total); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemGetInfo(unsigned int* free, unsigned int* total) {
+SLICE_HOOK_BODY(CUresult, cuMemGetInfo)(unsigned int* free, unsigned int* total) {
   return mem_get_info(free, total, [&] { return SLICE_CALL_REAL(cuMemGetInfo, free, total); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+SLICE_HOOK_BODY(CUresult, cuDeviceTotalMem_v2)(size_t* bytes, CUdevice dev) {
   return device_total_mem(bytes, dev, [&] { return SLICE_CALL_REAL(cuDeviceTotalMem_v2, bytes, dev); });
 }
 
-extern "C" SLICE_EXPORT CUresult cuDeviceTotalMem(unsigned int* bytes, CUdevice dev) {
+SLICE_HOOK_BODY(CUresult, cuDeviceTotalMem)(unsigned int* bytes, CUdevice dev) {
   return device_total_mem(bytes, dev, [&] { return SLICE_CALL_REAL(cuDeviceTotalMem, bytes, dev); });
 }

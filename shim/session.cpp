@@ -16,6 +16,7 @@
 #include "coordinator_layout.h"
 #include "compute.h"
 #include "crash_handler.h"
+#include "fork_guard.h"
 #include "keep_errno.h"
 #include "limits_text.h"
 #include "log.h"
@@ -45,9 +46,15 @@ struct ParsedConfig {
   std::string error;
 };
 // Made on first use, never at load time (nothing of libslice may run in a process that never
-// calls CUDA), and never destroyed (hooks may run while the process exits).
+// calls CUDA), and never destroyed (hooks may run while the process exits). No static guard: a fork
+// may come at any time (racing threads make one each, and all but the first are given back).
+std::atomic<ParsedConfig*> g_parsed_config{nullptr};
 ParsedConfig& parsed_config() {
-  static ParsedConfig* config = new ParsedConfig();
+  ParsedConfig* config = g_parsed_config.load(std::memory_order_acquire);
+  if (config != nullptr) return *config;
+  auto* made = new ParsedConfig();
+  if (g_parsed_config.compare_exchange_strong(config, made, std::memory_order_acq_rel)) return *made;
+  delete made;
   return *config;
 }
 
@@ -142,17 +149,6 @@ bool enumerate_devices(Session& s, std::string& error) {
   return true;
 }
 
-void after_fork_in_child() {
-  // The parent's membership and records are not the child's: start again from nothing if the
-  // child uses CUDA. The old session is left allocated (its locks may be held by threads that do
-  // not exist here).
-  new (&g_start_mu) std::mutex();
-  if (g_state.load() == SessionState::running) {
-    g_session.store(nullptr);
-    g_state.store(SessionState::fresh);
-  }
-}
-
 // A process that exits normally gives back its memory and its slot at once, instead of leaving
 // them to the next recount (and a "dead process" in slicectl status).
 void leave_at_exit() {
@@ -166,6 +162,17 @@ void leave_at_exit() {
 std::string cap_text(std::uint64_t cap) { return cap == kNoLimit ? "no cap" : "cap " + describe_bytes(cap); }
 
 }  // namespace
+
+void session_after_fork_in_child() noexcept {
+  // The parent's membership and records are not the child's: start again from nothing if the
+  // child uses CUDA. The old session is left allocated (its locks may be held by threads that do
+  // not exist here).
+  new (&g_start_mu) std::mutex();
+  if (g_state.load() == SessionState::running) {
+    g_session.store(nullptr);
+    g_state.store(SessionState::fresh);
+  }
+}
 
 Session::Session()
     : pools(std::make_unique<PoolAccounts>()),
@@ -199,7 +206,8 @@ bool disabled() noexcept {
 }
 
 CUresult start_session() noexcept {
-  const KeepErrno keep;  // files opened, created, locked and mapped: none of the program's business
+  const KeepErrno keep;     // files opened, created, locked and mapped: none of the program's business
+  install_fork_handlers();  // g_start_mu and the session are made anew in a child
   std::lock_guard<std::mutex> lock(g_start_mu);
   switch (g_state.load()) {
     case SessionState::running:
@@ -264,11 +272,8 @@ CUresult start_session() noexcept {
                 cap_text(s->coordinator->cap(d.ordinal)) + ";";
       log::info(line);
     }
-    static std::once_flag process_hooks_once;
-    std::call_once(process_hooks_once, [] {
-      pthread_atfork(nullptr, nullptr, after_fork_in_child);
-      std::atexit(leave_at_exit);
-    });
+    static std::once_flag exit_hook_once;
+    std::call_once(exit_hook_once, [] { std::atexit(leave_at_exit); });
     g_session.store(s.release(), std::memory_order_release);  // lives as long as the process
     g_state.store(SessionState::running, std::memory_order_release);
     return CUDA_SUCCESS;

@@ -87,7 +87,8 @@ consteval int hook_index(std::string_view name) {
 // The one way libslice reaches an original function, typed by its declaration (cuda.h with
 // __CUDA_API_VERSION_INTERNAL, or nvml_subset.h): SLICE_REAL(cuMemAlloc_v2)(&p, n). A hooked
 // function comes from the hook table (real_function: inline, two loads once opened); any other
-// export is looked up once in the same library handle and kept. nullptr when the library lacks it.
+// export is looked up once in the same library handle and kept (in atomics, not behind a static
+// guard: a fork may come while another thread looks it up). nullptr when the library lacks it.
 // (A generic lambda, so that the branch not taken is never instantiated.)
 #define SLICE_REAL(fn)                                                                                            \
   ([](auto) noexcept {                                                                                            \
@@ -96,10 +97,15 @@ consteval int hook_index(std::string_view name) {
     if constexpr (index >= 0) {                                                                                   \
       return reinterpret_cast<Fn>(::slice::shim::real_function(static_cast<::slice::shim::Hook>(index)));         \
     } else {                                                                                                      \
-      static const Fn real =                                                                                      \
+      static constinit std::atomic<Fn> real{nullptr};                                                             \
+      static constinit std::atomic<bool> looked{false};                                                           \
+      if (looked.load(std::memory_order_acquire)) return real.load(std::memory_order_relaxed);                    \
+      const Fn found =                                                                                            \
           reinterpret_cast<Fn>(std::string_view(#fn).starts_with("nvml") ? ::slice::shim::real_nvml_symbol(#fn)   \
                                                                          : ::slice::shim::real_cuda_symbol(#fn)); \
-      return real;                                                                                                \
+      real.store(found, std::memory_order_relaxed);                                                               \
+      looked.store(true, std::memory_order_release);                                                              \
+      return found;                                                                                               \
     }                                                                                                             \
   }(0))
 

@@ -21,8 +21,8 @@ void unreference_locked(Session& s, CUmemGenericAllocationHandle handle) {
 
 using namespace slice::shim;
 
-extern "C" SLICE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size,
-                                             const CUmemAllocationProp* prop, unsigned long long flags) {
+SLICE_HOOK_BODY(CUresult, cuMemCreate)
+(CUmemGenericAllocationHandle* handle, size_t size, const CUmemAllocationProp* prop, unsigned long long flags) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemCreate, handle, size, prop, flags); };
   return accounted(
       [&](Session& s) {
@@ -40,7 +40,7 @@ extern "C" SLICE_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handl
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+SLICE_HOOK_BODY(CUresult, cuMemRelease)(CUmemGenericAllocationHandle handle) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemRelease, handle); };
   return accounted(
       [&](Session& s) {
@@ -52,7 +52,7 @@ extern "C" SLICE_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handl
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle* handle, void* addr) {
+SLICE_HOOK_BODY(CUresult, cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle* handle, void* addr) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemRetainAllocationHandle, handle, addr); };
   return accounted(
       [&](Session& s) {
@@ -67,8 +67,8 @@ extern "C" SLICE_EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocat
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
-                                          CUmemGenericAllocationHandle handle, unsigned long long flags) {
+SLICE_HOOK_BODY(CUresult, cuMemMap)
+(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemMap, ptr, size, offset, handle, flags); };
   return accounted(
       [&](Session& s) {
@@ -94,7 +94,7 @@ extern "C" SLICE_EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t o
       call);
 }
 
-extern "C" SLICE_EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+SLICE_HOOK_BODY(CUresult, cuMemUnmap)(CUdeviceptr ptr, size_t size) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemUnmap, ptr, size); };
   return accounted(
       [&](Session& s) {

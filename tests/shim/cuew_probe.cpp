@@ -47,8 +47,8 @@ void fail(const char* what) {
 
 // An address inside one of the program's own variables is data, never a function to call.
 bool is_own_variable(void* p) {
-  const void* vars[] = {&cuInit,          &cuDeviceGet,  &cuDevicePrimaryCtxRetain, &cuCtxSetCurrent,
-                        &cuMemAlloc_v2,   &cuMemFree_v2, &cuMemGetInfo_v2,          &cuGetProcAddress_v2};
+  const void* vars[] = {&cuInit,        &cuDeviceGet,  &cuDevicePrimaryCtxRetain, &cuCtxSetCurrent,
+                        &cuMemAlloc_v2, &cuMemFree_v2, &cuMemGetInfo_v2,          &cuGetProcAddress_v2};
   for (const void* v : vars)
     if (p == v) return true;
   return false;
@@ -114,8 +114,8 @@ int main(int argc, char** argv) {
   const struct {
     void* handle;
     const char* name;
-  } lookups[] = {{lib, "cuMemAlloc_v2"}, {RTLD_DEFAULT, "cuMemAlloc_v2"}, {RTLD_NEXT, "cuMemAlloc_v2"},
-                 {RTLD_DEFAULT, "cuInit"}};
+  } lookups[] = {
+      {lib, "cuMemAlloc_v2"}, {RTLD_DEFAULT, "cuMemAlloc_v2"}, {RTLD_NEXT, "cuMemAlloc_v2"}, {RTLD_DEFAULT, "cuInit"}};
   for (const auto& l : lookups) {
     if (dlsym(lib, "cuNoSuchFunctionAnywhere") != nullptr) fail("a function that does not exist was found");
     void* found = dlsym(l.handle, l.name);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "machine_state.h"
+#include "nvml_start.h"
 #include "nvml_subset.h"
 #include "nvml_thread.h"
 #include "sim_identity.h"
@@ -24,7 +25,8 @@ namespace {
 
 using simgpu::Machine;
 
-std::mutex g_mu;
+// Recursive: NVML's own thread calls its entry points, through the linker, while it holds it.
+std::recursive_mutex g_mu;
 int g_init_count = 0;
 Machine* g_machine = nullptr;  // attached once, kept across shutdown/init cycles
 nvmlDevice_st g_devices[simgpu::kMaxDevices];
@@ -50,7 +52,7 @@ bool lost(int index) { return ::access((g_lost_marker_prefix + std::to_string(in
 // Every query starts here or in device_index: `function` is the exported function (nvml_thread.h).
 nvmlReturn_t ready(const char* function = __builtin_FUNCTION()) {
   simgpu::nvml_thread_call(function);
-  std::lock_guard<std::mutex> lk(g_mu);
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
   return g_init_count > 0 ? NVML_SUCCESS : NVML_ERROR_UNINITIALIZED;
 }
 
@@ -120,7 +122,7 @@ unsigned percent(std::uint64_t busy_ns, std::uint64_t window_ns) {
 
 nvmlReturn_t init(const char* function = __builtin_FUNCTION()) {
   simgpu::nvml_thread_call(function);
-  std::lock_guard<std::mutex> lk(g_mu);
+  std::lock_guard<std::recursive_mutex> lk(g_mu);
   if (nvmlReturn_t r = attach_locked()) return r;
   // Starting NVML (the count leaving zero) takes milliseconds on a real GPU (11 ms the first time on
   // an H200, about 2 ms later); SIMGPU_NVML_START_US makes the simulated start as slow.
@@ -130,6 +132,7 @@ nvmlReturn_t init(const char* function = __builtin_FUNCTION()) {
       return v != nullptr ? std::strtol(v, nullptr, 10) : 0L;
     }();
     if (start_us > 0) usleep(static_cast<useconds_t>(start_us));
+    simgpu::nvml_started_locked(g_mu);
   }
   ++g_init_count;
   return NVML_SUCCESS;
@@ -156,9 +159,13 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit() { return init_thr
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown() {
   simgpu::nvml_thread_call(__func__);
-  std::lock_guard<std::mutex> lk(g_mu);
-  if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED;
-  --g_init_count;
+  void* stopped = nullptr;
+  {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (g_init_count == 0) return NVML_ERROR_UNINITIALIZED;
+    if (--g_init_count == 0) stopped = simgpu::nvml_stopping_locked();
+  }
+  simgpu::nvml_join_stopped(stopped);  // its thread takes the lock: joined after it is let go
   return NVML_SUCCESS;
 }
 

@@ -38,7 +38,7 @@ target_link_options(simgpu_cuda PRIVATE -Wl,--version-script=${CMAKE_CURRENT_SOU
                     -Wl,-Bsymbolic-functions -Wl,-z,nodelete)
 set_property(TARGET simgpu_cuda APPEND PROPERTY LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/libcuda.map)
 
-add_library(simgpu_nvml SHARED nvml.cpp nvml_thread.cpp nvml_unmodelled.cpp)
+add_library(simgpu_nvml SHARED nvml.cpp nvml_start.cpp nvml_thread.cpp nvml_unmodelled.cpp)
 target_link_libraries(simgpu_nvml PRIVATE simgpu_common Threads::Threads)
 set_target_properties(simgpu_nvml PROPERTIES
   OUTPUT_NAME nvidia-ml SOVERSION 1
