@@ -3,13 +3,21 @@
 // libslice lives in other people's processes and must leave no trace there). The program is shaped
 // like CPython: it makes pthread keys of its own, and only then loads the driver with dlopen.
 //
-//   process_trace            the steps; one line per observation: STEP<TAB>WHAT<TAB>VALUE
-//   process_trace --fds      the descriptors it was given (for the exec step)
+//   process_trace                  the steps; one line per observation: STEP<TAB>WHAT<TAB>VALUE
+//   process_trace --fds            the descriptors it was given (for the exec step)
+//   process_trace --nvml-footprint what starting NVML brings into a process (keys, threads,
+//                                  descriptors): what libslice's own start of NVML may add
 //
 // Steps: start, cuInit, context, allocation (64 MiB), refusal (a request past the test's cap,
 // PROCESS_TRACE_LARGE_MIB, default 512: it succeeds without libslice), reconciliation (cuMemGetInfo), launch (a kernel,
-// synchronised), nvml (the program's own nvmlInit/nvmlShutdown), then fork (a child that exits, and one that calls the
-// driver), exec (what a child program inherits) and faults (the program's own SIGSEGV handler).
+// synchronised), nvml (the program's own nvmlInit/nvmlShutdown), late (the same calls again more than 2 s into the
+// process, when libslice re-reads policies and reconciles on its own schedule), then fork (a child that exits, one that
+// calls the driver, and children forked while another thread launches and libslice's watcher looks), exec (what a child
+// program inherits) and faults (the program's own SIGSEGV handler).
+//
+// A test of the test (process_trace_test.py): a preload that defines process_trace_mutant_step and
+// process_trace_mutant_wrap is given each step before its snapshot and each driver function the
+// program looks up, and does one thing libslice must not do; the comparison must catch it.
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -25,6 +33,7 @@
 #include <xmmintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -32,6 +41,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 extern char** environ;
@@ -163,7 +173,8 @@ std::string float_environment() {
          " except=" + hex(static_cast<unsigned>(fetestexcept(FE_ALL_EXCEPT))) + " mxcsr=" + hex(_mm_getcsr());
 }
 
-// Descriptors: how many, and those a program started from here would inherit (not close-on-exec).
+// Descriptors: what each open one names (the targets, sorted), or those a program started from here
+// would inherit (not close-on-exec), with their numbers.
 std::string descriptors(bool inherited_only) {
   std::vector<std::string> found;
   if (DIR* d = opendir("/proc/self/fd")) {
@@ -182,13 +193,12 @@ std::string descriptors(bool inherited_only) {
     closedir(d);
   }
   std::sort(found.begin(), found.end());
-  std::string all = inherited_only ? "" : std::to_string(found.size());
-  if (inherited_only)
-    for (const std::string& f : found) all += f + " ";
+  std::string all;
+  for (const std::string& f : found) all += (inherited_only ? f : f.substr(f.find(':') + 1)) + " ";
   return all;
 }
 
-std::string threads() {
+std::string threads_once() {
   std::vector<std::string> names;
   if (DIR* d = opendir("/proc/self/task")) {
     while (dirent* e = readdir(d)) {
@@ -210,6 +220,19 @@ std::string threads() {
   return all;
 }
 
+// The threads once they stopped changing (a thread names itself after it starts: two looks 20 ms
+// apart that agree, within a second).
+std::string threads() {
+  std::string last = threads_once();
+  for (int i = 0; i < 50; ++i) {
+    usleep(20000);
+    const std::string now = threads_once();
+    if (now == last) return now;
+    last = now;
+  }
+  return last;
+}
+
 std::string environment() {
   std::vector<std::string> names;
   for (char** e = environ; *e != nullptr; ++e) names.emplace_back(*e, std::strcspn(*e, "="));
@@ -219,7 +242,12 @@ std::string environment() {
   return all;
 }
 
+// A mutant preload's hooks (a test of the test), when one is loaded.
+using MutantStep = void (*)(const char*);
+using MutantWrap = void* (*)(const char*, void*);
+
 void snapshot(const char* step) {
+  if (const auto mutant = reinterpret_cast<MutantStep>(dlsym(RTLD_DEFAULT, "process_trace_mutant_step"))) mutant(step);
   line(step, "libc copies", libc_copies());
   line(step, "objects", objects());
   line(step, "key made first, never set", hex(reinterpret_cast<std::uintptr_t>(pthread_getspecific(g_key_unset))));
@@ -240,7 +268,10 @@ struct Driver {
   void* lib = nullptr;
   template <typename Fn>
   Fn get(const char* name) {
-    return reinterpret_cast<Fn>(dlsym(lib, name));
+    void* fn = dlsym(lib, name);
+    if (const auto wrap = reinterpret_cast<MutantWrap>(dlsym(RTLD_DEFAULT, "process_trace_mutant_wrap")))
+      fn = wrap(name, fn);
+    return reinterpret_cast<Fn>(fn);
   }
 };
 
@@ -277,6 +308,60 @@ int fault() {
   return *nowhere;
 }
 
+// What NVML's start brings: the keys, threads and descriptors it adds (NVML held started).
+int nvml_footprint() {
+  const std::string keys_before = next_key(), threads_before = threads(), fds_before = descriptors(false);
+  Driver nvml{dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)};
+  const auto init = nvml.lib != nullptr ? nvml.get<int (*)()>("nvmlInit_v2") : nullptr;
+  if (init == nullptr || init() != 0) return std::fprintf(stderr, "process_trace: NVML did not start\n"), 2;
+  line("footprint", "keys", std::to_string(std::atoi(next_key().c_str()) - std::atoi(keys_before.c_str())));
+  line("footprint", "threads before", threads_before);
+  line("footprint", "threads", threads());
+  line("footprint", "descriptors before", fds_before);
+  line("footprint", "descriptors", descriptors(false));
+  return 0;
+}
+
+// Children forked while another thread launches kernels (and libslice's watcher looks at them): each
+// calls NVML and the driver, and exits. How many exited cleanly, of how many.
+std::string fork_while_busy(CUresult (*launch)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                               unsigned, CUstream, void**, void**),
+                            CUresult (*sync)(CUstream), CUresult (*set_current)(CUcontext), CUcontext ctx,
+                            CUfunction kernel, CUresult (*alloc)(CUdeviceptr*, std::size_t), void* nvml_lib) {
+  std::atomic<bool> stop{false};
+  std::thread launcher([&] {
+    set_current(ctx);
+    while (!stop.load()) {
+      for (int i = 0; i < 8; ++i) launch(kernel, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr);
+      sync(nullptr);
+    }
+  });
+  using NvmlCall = int (*)();
+  const auto init = nvml_lib != nullptr ? reinterpret_cast<NvmlCall>(dlsym(nvml_lib, "nvmlInit_v2")) : nullptr;
+  const auto shutdown = nvml_lib != nullptr ? reinterpret_cast<NvmlCall>(dlsym(nvml_lib, "nvmlShutdown")) : nullptr;
+  constexpr int kChildren = 100;
+  int clean = 0;
+  std::string odd;
+  for (int i = 0; i < kChildren; ++i) {
+    std::fflush(stdout);
+    const pid_t child = fork();
+    if (child == 0) {
+      if (init != nullptr && init() == 0) shutdown();
+      CUdeviceptr p = 0;
+      alloc(&p, kMiB);  // the driver's own answer for a forked child
+      std::_Exit(0);
+    }
+    const std::string status = child > 0 ? wait_for(child) : "fork failed";
+    if (status == "exit 0")
+      ++clean;
+    else if (odd.empty())
+      odd = " (first other: " + status + ")";
+  }
+  stop = true;
+  launcher.join();
+  return std::to_string(clean) + " of " + std::to_string(kChildren) + " exited cleanly" + odd;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -284,6 +369,7 @@ int main(int argc, char** argv) {
     line("exec", "inherited descriptors", descriptors(true));
     return 0;
   }
+  if (argc > 1 && std::strcmp(argv[1], "--nvml-footprint") == 0) return nvml_footprint();
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   // The program's own state, set before any CUDA: keys, a SIGSEGV handler on an alternate stack, a
   // rounding mode, a timer slack.
@@ -367,6 +453,22 @@ int main(int argc, char** argv) {
   }
   snapshot("nvml");
 
+  // More than 2 s into the process: libslice re-reads policies (once a second) and reconciles on its
+  // own schedule; the program's errno and everything else must be as without it still.
+  const auto cuDeviceTotalMem = cu.get<CUresult (*)(std::size_t*, CUdevice)>("cuDeviceTotalMem_v2");
+  usleep(2'100'000);
+  CUdeviceptr late = 0, late_large = 0;
+  call("late", "cuMemAlloc_v2", [&] { return cuMemAlloc(&late, 16 * kMiB); });
+  call("late", "cuMemAlloc_v2 past the cap", [&] { return cuMemAlloc(&late_large, large_bytes); });
+  if (late_large != 0) cuMemFree(late_large);
+  call("late", "cuMemGetInfo_v2", [&] { return cuMemGetInfo(&free_bytes, &total); });
+  std::size_t device_total = 0;
+  call("late", "cuDeviceTotalMem_v2", [&] { return cuDeviceTotalMem(&device_total, dev); });
+  call("late", "cuLaunchKernel", [&] { return cuLaunchKernel(noop, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr); });
+  call("late", "cuStreamSynchronize", [&] { return cuStreamSynchronize(nullptr); });
+  call("late", "cuMemFree_v2", [&] { return cuMemFree(late); });
+  snapshot("late");
+
   // A child forked after CUDA use (a DataLoader worker, multiprocessing): one that only exits, and
   // one that calls the driver, which must answer with its own error, not crash or hang.
   std::fflush(stdout);
@@ -384,6 +486,8 @@ int main(int argc, char** argv) {
     std::_Exit(0);
   }
   line("fork", "child that calls the driver", wait_for(child));
+  line("fork", "children forked while a thread launches",
+       fork_while_busy(cuLaunchKernel, cuStreamSynchronize, cuCtxSetCurrent, ctx, noop, cuMemAlloc, nvml.lib));
 
   // What a program started from here inherits.
   std::fflush(stdout);

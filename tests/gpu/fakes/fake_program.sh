@@ -119,18 +119,26 @@ case $me in
     echo "nvml_reentry=ok" ;;
   process_trace)
     # What process_trace_test.py reads: the same observations with and without libslice (told by
-    # LD_PRELOAD), but the refusal and, from the launch on, the watcher thread.
+    # LD_PRELOAD), but the refusals and, from the launch on, the watcher thread; NVML's start brings
+    # no key, thread or descriptor here.
     if [ "${1:-}" = --fds ]; then printf 'exec\tinherited descriptors\t\n'; exit 0; fi
+    if [ "${1:-}" = --nvml-footprint ]; then
+      printf 'footprint\t%s\t%s\n' keys 0 "threads before" "1: process_trace" threads "1: process_trace" \
+        "descriptors before" "" descriptors ""
+      exit 0
+    fi
     [ -n "${LD_PRELOAD:-}" ] && under=1 || under=0
-    for step in start cuInit context allocation refusal reconciliation launch nvml end; do
+    for step in start cuInit context allocation refusal reconciliation launch nvml late end; do
       threads="1: process_trace"
-      case $step in launch | nvml | end) [ $under = 1 ] && threads="2: process_trace slice-watcher" ;; esac
+      case $step in launch | nvml | late | end) [ $under = 1 ] && threads="2: process_trace slice-watcher" ;; esac
       printf '%s\t%s\t%s\n' "$step" "libc copies" 1 "$step" "key made first, never set" 0x0 \
         "$step" "key made first, set" 0x5eed "$step" threads "$threads" "$step" "inheritable descriptors" ""
     done
     printf 'refusal\tresult of cuMemAlloc_v2\t%s\n' $((under * 2))
+    printf 'late\tresult of cuMemAlloc_v2 past the cap\t%s\n' $((under * 2))
     printf 'exec\tinherited descriptors\t\n'
     printf 'fork\t%s\texit 0\n' "child that exits" "child that calls the driver"
+    printf 'fork\tchildren forked while a thread launches\t100 of 100 exited cleanly\n'
     printf 'faults\t%s\t1\n' "handler installed before CUDA ran" "handler installed after CUDA ran" ;;
   *) echo "fake_program.sh: no stand-in for $me" >&2; exit 2 ;;
 esac
