@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <atomic>
 #include <map>
+#include <condition_variable>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -90,8 +91,10 @@ class IpcAccounts {
     std::uint64_t bytes = 0;  // 0: not charged (the exporter is of this tenant)
     std::uint64_t context = 0;
     int count = 0;
+    bool settling = false;  // its first opener is charging it, without the lock (ipc_hooks.cpp)
   };
   std::mutex mu;
+  std::condition_variable settled;  // an open's charge was decided
   std::unordered_map<CUdeviceptr, Open> opens;
   // What this process exported (cuIpcGetMemHandle), by the exported pointer: the digests written
   // in the tenant's table, withdrawn when the memory is freed (or its context destroyed).

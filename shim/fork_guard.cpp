@@ -43,6 +43,7 @@ void parent() {
 void child() {
   g_in_flight.store(t_own_depth != 0 ? 1 : 0);
   g_forking.store(0);
+  real_driver_after_fork_in_child();
   session_after_fork_in_child();
   capture_after_fork_in_child();
   nvml_after_fork_in_child();

@@ -36,6 +36,7 @@ void install_fork_handlers() noexcept;
 
 // What each part of libslice makes anew in a forked child (defined beside what it makes anew),
 // called by the child handler in this order.
+void real_driver_after_fork_in_child() noexcept;
 void session_after_fork_in_child() noexcept;
 void capture_after_fork_in_child() noexcept;
 void nvml_after_fork_in_child() noexcept;

@@ -5,6 +5,7 @@
 // closed again and refused.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "accounts.h"
 #include "hook_support.h"
@@ -22,36 +23,55 @@ std::uint64_t digest_of(const CUipcMemHandle& handle) {
   return h;
 }
 
+// No lock is held across a call of the driver, nor across the charge (which, refused, may reconcile
+// through NVML and write a line): the open's bookkeeping is under ipc->mu, and a second open of the
+// same address waits for the first one's charge to be decided (IpcAccounts::settling).
 template <typename Call>
 CUresult open_handle(CUdeviceptr* pdptr, const CUipcMemHandle& handle, Call&& call) {
   return accounted(
       [&](Session& s) {
-        std::lock_guard<std::mutex> lock(s.ipc->mu);  // an open and a close of one address in order
         const CUresult rc = call();
         if (rc != CUDA_SUCCESS) return rc;
-        IpcAccounts::Open& open = s.ipc->opens[*pdptr];
-        if (open.count++ > 0) return rc;  // opened before: the driver counts it, charged once
-        open.context = current_context(s).key;
-        if (s.coordinator->ipc_exported_by_tenant(digest_of(handle))) return rc;  // charged to us already
-        // The GPU the memory lives on (with peer access, not necessarily the current one).
+        const CUdeviceptr dptr = *pdptr;
+        // Asked before the lock is taken: its context, whether the tenant exported it, and the GPU
+        // the memory lives on (with peer access, not necessarily the current one) and its size.
+        const std::uint64_t context = current_context(s).key;
+        const bool ours = s.coordinator->ipc_exported_by_tenant(digest_of(handle));
         int ordinal = -1;
         CUdeviceptr base = 0;
         std::size_t size = 0;
-        if (call_real(SLICE_REAL(cuPointerGetAttribute), &ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, *pdptr) !=
-                CUDA_SUCCESS ||
-            call_real(SLICE_REAL(cuMemGetAddressRange_v2), &base, &size, *pdptr) != CUDA_SUCCESS)
-          return rc;
+        const bool measured =
+            !ours &&
+            SLICE_REAL(cuPointerGetAttribute)(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, dptr) == CUDA_SUCCESS &&
+            SLICE_REAL(cuMemGetAddressRange_v2)(&base, &size, dptr) == CUDA_SUCCESS;
         const int device = ordinal >= 0 && ordinal < static_cast<int>(s.devices.size()) ? ordinal : -1;
-        if (device < 0) return rc;
-        if (!charge(s, device, size, "cuIpcOpenMemHandle")) {
-          SLICE_CALL_REAL(cuIpcCloseMemHandle, *pdptr);
-          s.ipc->opens.erase(*pdptr);
-          *pdptr = 0;
-          return CUDA_ERROR_OUT_OF_MEMORY;
+        std::unique_lock<std::mutex> lock(s.ipc->mu);
+        s.ipc->settled.wait(lock, [&] {
+          const auto it = s.ipc->opens.find(dptr);
+          return it == s.ipc->opens.end() || !it->second.settling;
+        });
+        IpcAccounts::Open& open = s.ipc->opens[dptr];
+        if (open.count++ > 0) return rc;  // opened before: the driver counts it, charged once
+        open.context = context;
+        if (ours || !measured || device < 0) return rc;  // charged to the tenant already, or unknown
+        open.settling = true;
+        lock.unlock();
+        const bool charged = charge(s, device, size, "cuIpcOpenMemHandle");
+        lock.lock();
+        IpcAccounts::Open& settled = s.ipc->opens[dptr];
+        settled.settling = false;
+        if (charged) {
+          settled.device = device;
+          settled.bytes = size;
+        } else if (--settled.count <= 0) {
+          s.ipc->opens.erase(dptr);
         }
-        open.device = device;
-        open.bytes = size;
-        return rc;
+        lock.unlock();
+        s.ipc->settled.notify_all();
+        if (charged) return rc;
+        SLICE_REAL(cuIpcCloseMemHandle)(dptr);
+        *pdptr = 0;
+        return CUDA_ERROR_OUT_OF_MEMORY;
       },
       call);
 }
@@ -106,12 +126,32 @@ SLICE_HOOK_BODY(CUresult, cuIpcCloseMemHandle)(CUdeviceptr dptr) {
   const auto call = [&] { return SLICE_CALL_REAL(cuIpcCloseMemHandle, dptr); };
   return accounted(
       [&](Session& s) {
-        std::lock_guard<std::mutex> lock(s.ipc->mu);
+        // The close is counted before the driver's call (an open of the same address that the
+        // driver allows after it is then recorded after it), and counted back if the driver refused.
+        std::optional<IpcAccounts::Open> last;
+        {
+          std::unique_lock<std::mutex> lock(s.ipc->mu);
+          s.ipc->settled.wait(lock, [&] {
+            const auto it = s.ipc->opens.find(dptr);
+            return it == s.ipc->opens.end() || !it->second.settling;
+          });
+          const auto it = s.ipc->opens.find(dptr);
+          if (it != s.ipc->opens.end() && --it->second.count <= 0) {
+            last = it->second;
+            s.ipc->opens.erase(it);
+          }
+        }
         const CUresult rc = call();
-        const auto it = s.ipc->opens.find(dptr);
-        if (rc == CUDA_SUCCESS && it != s.ipc->opens.end() && --it->second.count <= 0) {
-          uncharge(s, it->second.device, it->second.bytes);
-          s.ipc->opens.erase(it);
+        if (rc == CUDA_SUCCESS) {
+          if (last) uncharge(s, last->device, last->bytes);
+          return rc;
+        }
+        std::lock_guard<std::mutex> lock(s.ipc->mu);
+        if (last) {
+          last->count = 1;
+          s.ipc->opens.try_emplace(dptr, *last);
+        } else if (const auto it = s.ipc->opens.find(dptr); it != s.ipc->opens.end()) {
+          ++it->second.count;
         }
         return rc;
       },

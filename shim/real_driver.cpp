@@ -1,11 +1,20 @@
 // The real driver and NVML, reached only through libslice's own dlopen handles. Resolved lazily and
-// once per library (std::call_once), so a process that never calls CUDA or NVML never opens them,
-// and the first call may come from any thread. real_function's fast path is inline (shim.h).
+// once per library, so a process that never calls CUDA or NVML never opens them, and the first call
+// may come from any thread. real_function's fast path is inline (shim.h).
+//
+// No lock is held across the dlopen: the library's constructors run inside it, and one that calls an
+// export of its own through the dynamic linker reaches libslice's hook of it on the same thread
+// (which passes it straight to the real function: hook_frame.h). That thread finds its library
+// being opened by itself and looks the function up in the library as it stands (RTLD_NOLOAD: the
+// object is already in the process while its constructors run); other threads wait for the open.
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <atomic>
-#include <mutex>
 
+#include "fork_guard.h"
+#include "futex.h"
+#include "keep_errno.h"
 #include "shim.h"
 
 namespace slice::shim {
@@ -19,7 +28,9 @@ namespace {
 
 struct RealLibrary {
   constexpr RealLibrary(detail::RealFunctions& t, HookLibrary w, const char* s) : table(t), which(w), soname(s) {}
-  std::once_flag once;
+  enum : std::uint32_t { kClosed, kOpening, kOpen };
+  std::atomic<std::uint32_t> state{kClosed};  // a futex: threads wait for another's open
+  std::atomic<pid_t> opener{0};               // the thread opening it, while kOpening
   void* handle = nullptr;
   detail::RealFunctions& table;  // filled for this library's hooks only
   HookLibrary which;
@@ -47,9 +58,35 @@ void open_library(RealLibrary& lib) {
   }
 }
 
-RealLibrary& opened(RealLibrary& lib) {
-  std::call_once(lib.once, open_library, std::ref(lib));
-  return lib;
+// The library once it is open (or found absent). The thread that opens it, re-entering from inside
+// the dlopen, gets nullptr: it is not open yet for that thread (see above).
+RealLibrary* opened(RealLibrary& lib) {
+  std::uint32_t state = lib.state.load(std::memory_order_acquire);
+  if (state == RealLibrary::kOpen) return &lib;
+  if (state == RealLibrary::kClosed && lib.state.compare_exchange_strong(state, RealLibrary::kOpening)) {
+    lib.opener.store(gettid(), std::memory_order_relaxed);
+    open_library(lib);
+    lib.opener.store(0, std::memory_order_relaxed);
+    lib.state.store(RealLibrary::kOpen, std::memory_order_release);
+    futex_wake_all(&lib.state, false);
+    return &lib;
+  }
+  if (lib.opener.load(std::memory_order_relaxed) == gettid()) return nullptr;
+  const KeepErrno keep;
+  while (lib.state.load(std::memory_order_acquire) == RealLibrary::kOpening)
+    futex_wait(&lib.state, RealLibrary::kOpening, 10'000'000, false);
+  return &lib;
+}
+
+// A function of a library that this thread is opening (its constructors call in): looked up in the
+// library as it stands.
+void* while_opening(const RealLibrary& lib, const char* name) noexcept {
+  const KeepErrno keep;
+  void* handle = dlopen(lib.soname, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+  const DlsymFn lookup = real_dlsym();
+  void* fn = handle != nullptr && lookup != nullptr ? lookup(handle, name) : nullptr;
+  if (handle != nullptr) dlclose(handle);  // NOLOAD took a reference of its own
+  return fn;
 }
 
 }  // namespace
@@ -67,19 +104,29 @@ DlsymFn real_dlsym() noexcept {
 
 void* detail::open_real_function(Hook hook) noexcept {
   const auto i = static_cast<std::size_t>(hook);
-  return opened(kHookLibraries[i] == HookLibrary::cuda ? g_cuda : g_nvml).table.functions[i];
+  RealLibrary& lib = kHookLibraries[i] == HookLibrary::cuda ? g_cuda : g_nvml;
+  const RealLibrary* open = opened(lib);
+  return open != nullptr ? open->table.functions[i] : while_opening(lib, hook_info(hook).name);
 }
 
-void* real_cuda_symbol(const char* name) noexcept {
-  const RealLibrary& lib = opened(g_cuda);
+namespace {
+void* real_symbol(RealLibrary& lib, const char* name) noexcept {
+  const RealLibrary* open = opened(lib);
+  if (open == nullptr) return while_opening(lib, name);
   const DlsymFn lookup = real_dlsym();
-  return lib.handle != nullptr && lookup != nullptr ? lookup(lib.handle, name) : nullptr;
+  return open->handle != nullptr && lookup != nullptr ? lookup(open->handle, name) : nullptr;
+}
+}  // namespace
+
+// A forked child: an open under way on a thread that is not in the child starts again there.
+void real_driver_after_fork_in_child() noexcept {
+  for (RealLibrary* lib : {&g_cuda, &g_nvml}) {
+    std::uint32_t opening = RealLibrary::kOpening;
+    lib->state.compare_exchange_strong(opening, RealLibrary::kClosed);
+  }
 }
 
-void* real_nvml_symbol(const char* name) noexcept {
-  const RealLibrary& lib = opened(g_nvml);
-  const DlsymFn lookup = real_dlsym();
-  return lib.handle != nullptr && lookup != nullptr ? lookup(lib.handle, name) : nullptr;
-}
+void* real_cuda_symbol(const char* name) noexcept { return real_symbol(g_cuda, name); }
+void* real_nvml_symbol(const char* name) noexcept { return real_symbol(g_nvml, name); }
 
 }  // namespace slice::shim

@@ -1,8 +1,19 @@
 // Virtual memory management. cuMemCreate is the allocation: charged before the driver is asked.
 // The driver frees the memory when the handle is released AND every mapping of it is unmapped, so
 // the charge is given back only then; mapping and unmapping cost nothing extra.
+//
+// No lock is held across the program's call of the driver (issue 25): its VMM calls from several
+// threads are not made to wait for one another. The table follows the driver in the right order all
+// the same: an unmap takes its mappings out of the table before the driver unmaps them (a map of the
+// same address can only succeed after that) and puts them back if the driver refused; a map is
+// recorded after the driver made it; a retain counts its reference before the driver's call and
+// takes it back if the call failed, so that a concurrent release cannot take the count to zero
+// meanwhile.
 #include "accounts.h"
 #include "hook_support.h"
+
+#include <utility>
+#include <vector>
 
 namespace slice::shim {
 namespace {
@@ -42,23 +53,40 @@ SLICE_HOOK_BODY(CUresult, cuMemCreate)
 
 SLICE_HOOK_BODY(CUresult, cuMemRelease)(CUmemGenericAllocationHandle handle) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemRelease, handle); };
-  return accounted(
-      [&](Session& s) {
-        std::lock_guard<std::mutex> lock(s.vmm->mu);  // across the call: see cuMemMap
-        const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) unreference_locked(s, handle);
-        return rc;
-      },
-      call);
+  return after_success(call, [&](Session& s) {
+    std::lock_guard<std::mutex> lock(s.vmm->mu);
+    unreference_locked(s, handle);
+  });
 }
 
 SLICE_HOOK_BODY(CUresult, cuMemRetainAllocationHandle)(CUmemGenericAllocationHandle* handle, void* addr) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemRetainAllocationHandle, handle, addr); };
   return accounted(
       [&](Session& s) {
-        std::lock_guard<std::mutex> lock(s.vmm->mu);
+        // The handle mapped at addr, counted before the driver hands out its new reference.
+        CUmemGenericAllocationHandle counted = 0;
+        {
+          std::lock_guard<std::mutex> lock(s.vmm->mu);
+          auto m = s.vmm->mappings.upper_bound(reinterpret_cast<CUdeviceptr>(addr));
+          if (m != s.vmm->mappings.begin()) {
+            --m;
+            const auto it = s.vmm->allocations.find(m->second.handle);
+            if (reinterpret_cast<CUdeviceptr>(addr) < m->first + m->second.size && it != s.vmm->allocations.end()) {
+              ++it->second.references;
+              counted = m->second.handle;
+            }
+          }
+        }
         const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) {
+        if (counted != 0 && (rc != CUDA_SUCCESS || *handle != counted)) {
+          std::lock_guard<std::mutex> lock(s.vmm->mu);
+          unreference_locked(s, counted);
+          if (rc == CUDA_SUCCESS) {  // another handle than the table says: count that one
+            const auto it = s.vmm->allocations.find(*handle);
+            if (it != s.vmm->allocations.end()) ++it->second.references;
+          }
+        } else if (counted == 0 && rc == CUDA_SUCCESS) {
+          std::lock_guard<std::mutex> lock(s.vmm->mu);
           const auto it = s.vmm->allocations.find(*handle);
           if (it != s.vmm->allocations.end()) ++it->second.references;
         }
@@ -70,43 +98,42 @@ SLICE_HOOK_BODY(CUresult, cuMemRetainAllocationHandle)(CUmemGenericAllocationHan
 SLICE_HOOK_BODY(CUresult, cuMemMap)
 (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemMap, ptr, size, offset, handle, flags); };
-  return accounted(
-      [&](Session& s) {
-        // The driver's call and the table's update under one lock: an unmap and a map of the same
-        // address racing would otherwise update the table in the other order, and drop the new
-        // mapping's reference (uncharged while mapped) and keep the old one's (charged for good).
-        std::lock_guard<std::mutex> lock(s.vmm->mu);
-        const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) {
-          const auto it = s.vmm->allocations.find(handle);
-          if (it != s.vmm->allocations.end()) {
-            ++it->second.references;
-            const auto [m, added] = s.vmm->mappings.try_emplace(ptr, VmmAccounts::Mapping{handle, size});
-            if (!added) {  // the driver let it map over a mapping we knew: that one is gone
-              const CUmemGenericAllocationHandle old = m->second.handle;
-              m->second = VmmAccounts::Mapping{handle, size};
-              unreference_locked(s, old);
-            }
-          }
-        }
-        return rc;
-      },
-      call);
+  return after_success(call, [&](Session& s) {
+    std::lock_guard<std::mutex> lock(s.vmm->mu);
+    const auto it = s.vmm->allocations.find(handle);
+    if (it == s.vmm->allocations.end()) return;
+    ++it->second.references;
+    const auto [m, added] = s.vmm->mappings.try_emplace(ptr, VmmAccounts::Mapping{handle, size});
+    if (!added) {  // the driver let it map over a mapping we knew: that one is gone
+      const CUmemGenericAllocationHandle old = m->second.handle;
+      m->second = VmmAccounts::Mapping{handle, size};
+      unreference_locked(s, old);
+    }
+  });
 }
 
 SLICE_HOOK_BODY(CUresult, cuMemUnmap)(CUdeviceptr ptr, size_t size) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemUnmap, ptr, size); };
   return accounted(
       [&](Session& s) {
-        std::lock_guard<std::mutex> lock(s.vmm->mu);  // across the call: see cuMemMap
-        const CUresult rc = call();
-        if (rc == CUDA_SUCCESS) {
+        // Out of the table before the driver unmaps them: a map of the same address, which the
+        // driver allows only once they are unmapped, is then recorded after them.
+        std::vector<std::pair<CUdeviceptr, VmmAccounts::Mapping>> taken;
+        {
+          std::lock_guard<std::mutex> lock(s.vmm->mu);
           auto it = s.vmm->mappings.lower_bound(ptr);
           while (it != s.vmm->mappings.end() && it->first < ptr + size) {
-            const CUmemGenericAllocationHandle handle = it->second.handle;
+            taken.emplace_back(*it);
             it = s.vmm->mappings.erase(it);
-            unreference_locked(s, handle);
           }
+        }
+        const CUresult rc = call();
+        std::lock_guard<std::mutex> lock(s.vmm->mu);
+        for (const auto& [address, mapping] : taken) {
+          if (rc == CUDA_SUCCESS)
+            unreference_locked(s, mapping.handle);
+          else
+            s.vmm->mappings.try_emplace(address, mapping);  // still mapped: the driver refused
         }
         return rc;
       },

@@ -26,6 +26,19 @@
 
 namespace simgpu {
 
+// The simulated driver's calls of its own exports (cuIpcOpenMemHandle -> cuIpcOpenMemHandle_v2,
+// cuLaunch -> cuLaunchGridAsync, ...). Bound to its own definitions, like the real driver's
+// (-Bsymbolic-functions), unless SIMGPU_CALL_THROUGH_LINKER=1: then each goes through the dynamic
+// linker's global scope, where a preloaded library's hook of the export receives it on the calling
+// thread, from inside that library's own call of the outer export (as NVML's calls of itself do: a
+// library that holds a lock across the outer call and takes it again in the inner hook hangs there).
+void* export_through_the_linker(const char* name);  // nullptr unless the mode is on and the name found
+#define SIM_EXPORT_CALL(fn)                                                                                  \
+  ([] {                                                                                                      \
+    static const auto through = reinterpret_cast<decltype(&::fn)>(::simgpu::export_through_the_linker(#fn)); \
+    return through != nullptr ? through : &::fn;                                                             \
+  }())
+
 constexpr int kComputeMajor = 8;
 constexpr int kComputeMinor = 9;
 constexpr int kDriverVersion = 13000;

@@ -234,13 +234,13 @@ CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) { ret
 CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n, unsigned int flags, CUdevice dev) {
   if (n < 0 || (n > 0 && !params)) return CUDA_ERROR_INVALID_VALUE;
   if (n > 0) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
-  return create_and_push(pctx, flags, dev);
+  return SIM_EXPORT_CALL(cuCtxCreate_v2)(pctx, flags, dev);
 }
 
 CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
   if (params && (params->numExecAffinityParams > 0 || params->cigParams))
     return CUDA_ERROR_NOT_SUPPORTED;  // execution affinity and CIG are not simulated
-  return create_and_push(pctx, flags, dev);
+  return SIM_EXPORT_CALL(cuCtxCreate_v2)(pctx, flags, dev);
 }
 
 CUresult cuCtxDestroy_v2(CUcontext ctx) {
@@ -314,7 +314,7 @@ CUresult cuCtxGetDevice(CUdevice* dev) {
 }
 
 CUresult cuCtxGetDevice_v2(CUdevice* dev, CUcontext ctx) {
-  if (!ctx) return cuCtxGetDevice(dev);
+  if (!ctx) return SIM_EXPORT_CALL(cuCtxGetDevice)(dev);
   if (CUresult r = ensure_initialized()) return r;
   if (!dev) return CUDA_ERROR_INVALID_VALUE;
   std::lock_guard<std::mutex> lk(driver().mu);
@@ -366,7 +366,7 @@ CUresult cuCtxSynchronize() {
 }
 
 CUresult cuCtxSynchronize_v2(CUcontext ctx) {
-  if (!ctx) return cuCtxSynchronize();
+  if (!ctx) return SIM_EXPORT_CALL(cuCtxSynchronize)();
   if (CUresult r = ensure_initialized()) return r;
   auto* c = reinterpret_cast<Context*>(ctx);
   if (!is_live(c)) return CUDA_ERROR_INVALID_CONTEXT;

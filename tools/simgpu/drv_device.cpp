@@ -162,7 +162,7 @@ CUresult cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid(uuid, dev); }
+CUresult cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) { return SIM_EXPORT_CALL(cuDeviceGetUuid)(uuid, dev); }
 
 CUresult cuDeviceGetPCIBusId(char* bus_id, int len, CUdevice dev) {
   if (CUresult r = ensure_initialized()) return r;

@@ -263,7 +263,7 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* pdptr, CUipcMemHandle handle, unsign
 }
 
 CUresult cuIpcOpenMemHandle(CUdeviceptr* pdptr, CUipcMemHandle handle, unsigned int flags) {
-  return cuIpcOpenMemHandle_v2(pdptr, handle, flags);
+  return SIM_EXPORT_CALL(cuIpcOpenMemHandle_v2)(pdptr, handle, flags);
 }
 
 CUresult cuIpcCloseMemHandle(CUdeviceptr dptr) {

@@ -355,10 +355,10 @@ CUresult cuLaunchGridAsync(CUfunction hf, int grid_width, int grid_height, CUstr
 }
 
 CUresult cuLaunchGrid(CUfunction f, int grid_width, int grid_height) {
-  return cuLaunchGridAsync(f, grid_width, grid_height, nullptr);
+  return SIM_EXPORT_CALL(cuLaunchGridAsync)(f, grid_width, grid_height, nullptr);
 }
 
-CUresult cuLaunch(CUfunction f) { return cuLaunchGridAsync(f, 1, 1, nullptr); }
+CUresult cuLaunch(CUfunction f) { return SIM_EXPORT_CALL(cuLaunchGridAsync)(f, 1, 1, nullptr); }
 
 CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS* list, unsigned int count, unsigned int flags) {
   if (CUresult r = ensure_initialized()) return r;
@@ -569,7 +569,7 @@ CUresult cuGraphInstantiateWithParams(CUgraphExec* out, CUgraph g, CUDA_GRAPH_IN
 }
 
 CUresult cuGraphInstantiateWithParams_ptsz(CUgraphExec* out, CUgraph g, CUDA_GRAPH_INSTANTIATE_PARAMS* p) {
-  return cuGraphInstantiateWithParams(out, g, p);
+  return SIM_EXPORT_CALL(cuGraphInstantiateWithParams)(out, g, p);
 }
 
 CUresult cuGraphInstantiate_v2(CUgraphExec* out, CUgraph g, CUgraphNode* err, char* log, size_t n) {
@@ -579,7 +579,7 @@ CUresult cuGraphInstantiate_v2(CUgraphExec* out, CUgraph g, CUgraphNode* err, ch
 }
 
 CUresult cuGraphInstantiate(CUgraphExec* out, CUgraph g, CUgraphNode* err, char* log, size_t n) {
-  return cuGraphInstantiate_v2(out, g, err, log, n);
+  return SIM_EXPORT_CALL(cuGraphInstantiate_v2)(out, g, err, log, n);
 }
 
 CUresult cuGraphExecDestroy(CUgraphExec he) {

@@ -238,7 +238,7 @@ CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   return CUDA_SUCCESS;
 }
 
-CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return cuMemHostAlloc(pp, bytes, 0); }
+CUresult cuMemAllocHost_v2(void** pp, size_t bytes) { return SIM_EXPORT_CALL(cuMemHostAlloc)(pp, bytes, 0); }
 
 CUresult cuMemFreeHost(void* p) {
   if (CUresult r = ensure_initialized()) return r;

@@ -44,10 +44,10 @@ CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint
   return lookup(symbol, pfn, version, flags, status);
 }
 
-CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return cuDevicePrimaryCtxRelease_v2(dev); }
-CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return cuDevicePrimaryCtxReset_v2(dev); }
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return SIM_EXPORT_CALL(cuDevicePrimaryCtxRelease_v2)(dev); }
+CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return SIM_EXPORT_CALL(cuDevicePrimaryCtxReset_v2)(dev); }
 CUresult cuDevicePrimaryCtxSetFlags(CUdevice dev, unsigned int flags) {
-  return cuDevicePrimaryCtxSetFlags_v2(dev, flags);
+  return SIM_EXPORT_CALL(cuDevicePrimaryCtxSetFlags_v2)(dev, flags);
 }
 
 }  // extern "C"

@@ -224,11 +224,11 @@ SIM_STREAM_GETTERS(_ptsz, true)
 
 CUresult cuStreamGetCtx_v2(CUstream h, CUcontext* c, CUgreenCtx* green) {
   if (green) *green = nullptr;
-  return cuStreamGetCtx(h, c);
+  return SIM_EXPORT_CALL(cuStreamGetCtx)(h, c);
 }
 CUresult cuStreamGetCtx_v2_ptsz(CUstream h, CUcontext* c, CUgreenCtx* green) {
   if (green) *green = nullptr;
-  return cuStreamGetCtx_ptsz(h, c);
+  return SIM_EXPORT_CALL(cuStreamGetCtx_ptsz)(h, c);
 }
 
 CUresult cuEventCreate(CUevent* ph, unsigned int flags) {

@@ -21,7 +21,7 @@ add_custom_command(
 add_library(simgpu_cuda SHARED
   cuda_errors.cpp device_arena.cpp device_runner.cpp drv_array.cpp drv_capture.cpp drv_context.cpp drv_copy.cpp drv_device.cpp
   drv_graph_memory.cpp drv_ipc.cpp drv_launch.cpp drv_managed.cpp drv_memory.cpp drv_module.cpp drv_pool.cpp drv_procaddr.cpp drv_stream.cpp
-  drv_thread.cpp drv_vmm.cpp executor.cpp export_stubs.cpp export_table.cpp ${_errors_inc})
+  drv_linker.cpp drv_thread.cpp drv_vmm.cpp executor.cpp export_stubs.cpp export_table.cpp ${_errors_inc})
 target_include_directories(simgpu_cuda PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/generated)
 target_link_libraries(simgpu_cuda PRIVATE simgpu_common simgpu_image slice_procaddr Threads::Threads)
 set_target_properties(simgpu_cuda PROPERTIES
