@@ -1,13 +1,15 @@
 // The dlopen hook: RTLD_DEEPBIND must not let a library linked with -lcuda escape libslice. With
 // DEEPBIND a library's own dependencies (the real libcuda) come before the global scope, so the
 // preloaded hooks lose every symbol it binds. dlopen is exported by a few instructions of assembly
-// that clear that one flag (the second argument) and JUMP to glibc's dlopen with the caller's
-// return address untouched: glibc finds the caller from it, and the caller decides the namespace,
-// the RPATH/RUNPATH searched and what $ORIGIN in the file name means. An ordinary C wrapper would
-// make libslice the caller of every dlopen in the process. See docs/ARCHITECTURE.md, "How calls reach libslice".
+// that clear that one flag (the second argument) where it would let the library escape
+// (deepbind.h: only then; plugins that bundle their own LLVM or protobuf rely on it) and JUMP to
+// glibc's dlopen with the caller's return address untouched: glibc finds the caller from it, and the
+// caller decides the namespace, the RPATH/RUNPATH searched and what $ORIGIN in the file name means.
+// An ordinary C wrapper would make libslice the caller of every dlopen in the process. See
+// docs/ARCHITECTURE.md, "How calls reach libslice".
 //
-// Nothing else changes and nothing is logged: this runs for every dlopen of the process, CUDA or
-// not, and clearing DEEPBIND only gives the library the binding it would have had without it.
+// Nothing else changes: this runs for every dlopen of the process, CUDA or not; a dlopen without
+// DEEPBIND costs a test of one bit. A flag cleared is logged at debug level.
 //
 // dlmopen is left alone, on purpose. In a new namespace (LM_ID_NEWLM) nothing is preloaded
 // (checked on glibc 2.36: a dlmopen'ed library binds to its own dependencies, flag or not), so
@@ -19,7 +21,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
+#include "deepbind.h"
+#include "log.h"
 #include "shim.h"
 
 namespace {
@@ -52,14 +57,20 @@ struct DlopenRoute {
   std::intptr_t mode;
 };
 
-extern "C" __attribute__((visibility("hidden"), used)) DlopenRoute slice_dlopen_route(int mode) noexcept {
+extern "C" __attribute__((visibility("hidden"), used)) DlopenRoute slice_dlopen_route(int mode, const char* file,
+                                                                                      const void* caller) noexcept {
   // disabled() only for a DEEPBIND open: other dlopens do not read the configuration.
-  if ((mode & RTLD_DEEPBIND) != 0 && !slice::shim::disabled()) mode &= ~RTLD_DEEPBIND;
+  if ((mode & RTLD_DEEPBIND) != 0 && !slice::shim::disabled() && slice::shim::deepbind_reaches_driver(file, caller)) {
+    mode &= ~RTLD_DEEPBIND;
+    if (slice::log::enabled(slice::LogLevel::debug))
+      slice::log::debug(std::string("dlopen(") + file + "): RTLD_DEEPBIND cleared, the library needs the driver");
+  }
   return {reinterpret_cast<void*>(real_dlopen()), mode};
 }
 
 #if defined(__x86_64__)
-// The file name (rdi) is kept on the stack across the call, which also aligns rsp for it.
+// The file name (rdi) is kept on the stack across the call, which also aligns rsp for it. The route
+// gets the mode, the file name and the caller's return address.
 asm(R"(
   .text
   .globl dlopen
@@ -69,7 +80,10 @@ dlopen:
   .cfi_startproc
   pushq %rdi
   .cfi_adjust_cfa_offset 8
-  movl %esi, %edi
+  movq 8(%rsp), %rdx
+  movl %esi, %eax
+  movq %rdi, %rsi
+  movl %eax, %edi
   call slice_dlopen_route
   popq %rdi
   .cfi_adjust_cfa_offset -8
@@ -97,7 +111,10 @@ dlopen:
   .cfi_offset 30, -24
   mov x29, sp
   str x0, [sp, #16]
+  mov x2, x30
+  mov x3, x0
   mov w0, w1
+  mov x1, x3
   bl slice_dlopen_route
   mov x16, x0
   ldr x0, [sp, #16]
