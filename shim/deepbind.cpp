@@ -149,7 +149,7 @@ std::vector<std::string> system_folders() {
 }  // namespace
 
 bool deepbind_reaches_driver(const char* file, const void* caller) noexcept {
-  if (file == nullptr) return false;  // dlopen(NULL): the program itself, already bound
+  if (file == nullptr) return false;  // no file: the program itself, already bound
   const KeepErrno keep;
   try {
     const std::vector<std::string> system = system_folders();

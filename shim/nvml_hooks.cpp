@@ -7,6 +7,7 @@
 // tenant's variables) is not a member: it reads the tenant's cap and usage from the coordinator
 // without joining, or, for a tenant that does not exist yet, applies its own SLICE_MEMORY_LIMIT.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -15,6 +16,7 @@
 #include "hook_support.h"
 #include "keep_errno.h"
 #include "limits_text.h"
+#include "lineage.h"
 #include "log.h"
 #include "memory_report.h"
 #include "nvml_api.h"
@@ -39,13 +41,28 @@ struct OutsideView {
   std::vector<std::int32_t> pids;
 };
 
+// The tenant of a process that is not a member: SLICE_TENANT, else the one its lineage is in (an
+// nvidia-smi that a sliced server runs: libslice/coordinator/lineage.h), looked up once; empty when
+// neither names one.
+const std::string& outside_tenant(const Config& config) {
+  static std::atomic<const std::string*> known{nullptr};
+  if (const std::string* t = known.load(std::memory_order_acquire)) return *t;
+  auto* found =
+      new std::string(config.tenant.empty() ? inherited_tenant(config.coordinator_dir).value_or("") : config.tenant);
+  const std::string* expected = nullptr;
+  if (known.compare_exchange_strong(expected, found)) return *found;
+  delete found;
+  return *expected;
+}
+
 OutsideView outside_view(const Config& config, const std::string& uuid, std::uint64_t device_total) {
   OutsideView v;
   v.cap = cap_on(config.memory_limit.for_gpu(uuid), device_total);
-  if (config.tenant.empty()) return v;
+  const std::string& tenant = outside_tenant(config);
+  if (tenant.empty()) return v;
   std::string error;
   for (const TenantView& t : read_coordinator(config.coordinator_dir, config.policy_dir, error)) {
-    if (t.name != config.tenant || !t.readable) continue;
+    if (t.name != tenant || !t.readable) continue;
     for (std::size_t g = 0; g < t.gpus.size(); ++g) {
       if (t.gpus[g].uuid != uuid) continue;
       v.cap = t.gpus[g].cap_bytes;
@@ -78,14 +95,14 @@ std::vector<std::int32_t> tenant_pids() {
   const KeepErrno keep;
   if (Session* s = current_session()) return s->coordinator->live_pids();
   const Config* config = session_config();
-  if (config == nullptr || config->tenant.empty()) return {};
+  if (config == nullptr || outside_tenant(*config).empty()) return {};
   return outside_view(*config, "", 0).pids;
 }
 
 bool tenant_known() {
   if (current_session() != nullptr) return true;
   const Config* config = session_config();
-  return config != nullptr && !config->disable && !config->tenant.empty();
+  return config != nullptr && !config->disable && !outside_tenant(*config).empty();
 }
 
 // The application's init: counted apart from libslice's own reference (nvml_use.h).

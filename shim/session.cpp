@@ -1,7 +1,6 @@
 #include "session.h"
 
 #include <pthread.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -19,6 +18,7 @@
 #include "fork_guard.h"
 #include "keep_errno.h"
 #include "limits_text.h"
+#include "lineage.h"
 #include "log.h"
 #include "policy.h"
 #include "reconcile.h"
@@ -81,29 +81,14 @@ void fail_closed(const std::string& why) {
   g_state.store(SessionState::failed, std::memory_order_release);
 }
 
-// A name no other process on any machine sharing the coordinator will pick: the program's name,
-// the PID and random bits (PIDs repeat across containers).
-std::string unique_tenant_name() {
+// This process's name, for a tenant of its own (/proc/self/comm).
+std::string program_name() {
   char comm[32] = {};
   if (FILE* f = std::fopen("/proc/self/comm", "re")) {
     if (std::fgets(comm, sizeof comm, f) == nullptr) comm[0] = '\0';
     std::fclose(f);
   }
-  std::string base;
-  for (const char* p = comm; *p != '\0' && *p != '\n' && base.size() < 24; ++p) {
-    const char c = *p;
-    const bool ok =
-        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
-    base += ok ? c : '_';
-  }
-  while (!base.empty() && (base[0] == '.' || base[0] == '-')) base.erase(0, 1);
-  if (base.empty()) base = "process";
-  std::uint32_t random = 0;
-  if (getrandom(&random, sizeof random, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof random))
-    random = static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(&random) ^ ::getpid());
-  char suffix[32];
-  std::snprintf(suffix, sizeof suffix, "-%d-%06x", static_cast<int>(::getpid()), random & 0xFFFFFFu);
-  return base + suffix;
+  return comm;
 }
 
 bool enumerate_devices(Session& s, std::string& error) {
@@ -156,6 +141,7 @@ void leave_at_exit() {
   Session* s = g_session.load();
   if (s == nullptr) return;
   if (s->compute) s->compute->stop();  // before the driver is torn down, and before the slot goes
+  unmark_member(s->config.coordinator_dir);
   s->coordinator->leave();
 }
 
@@ -231,10 +217,17 @@ CUresult start_session() noexcept {
   try {
     auto s = std::make_unique<Session>();
     s->config = *config;
+    // Unnamed: the tenant of the nearest member in this process's lineage, else one of its own
+    // (libslice/coordinator/lineage.h). Nothing is written into the environment: children find
+    // their tenant the same way, whatever environment they were given.
+    std::string inherited_from;
     if (s->config.tenant.empty()) {
-      // Exported so that child processes join the same budget (overwrite: never, it was unset).
-      s->config.tenant = unique_tenant_name();
-      ::setenv("SLICE_TENANT", s->config.tenant.c_str(), 0);
+      if (std::optional<std::string> t = inherited_tenant(s->config.coordinator_dir)) {
+        s->config.tenant = *t;
+        inherited_from = " (inherited from its lineage)";
+      } else {
+        s->config.tenant = new_tenant_name(program_name());
+      }
     }
     std::string error;
     if (!enumerate_devices(*s, error)) {
@@ -264,9 +257,12 @@ CUresult start_session() noexcept {
       return CUDA_ERROR_INVALID_VALUE;
     }
     for (const std::string& w : warnings) log::warn(w);
+    if (std::string why; !mark_member(request.dir, s->config.tenant, why))
+      log::warn("libslice could not mark this process as a member of tenant '" + s->config.tenant + "' (" + why +
+                "): processes it starts without SLICE_TENANT will start tenants of their own");
     s->compute = std::make_unique<Compute>(*s);
     if (log::enabled(LogLevel::info)) {
-      std::string line = "tenant '" + s->config.tenant + "' joined " + request.dir + ":";
+      std::string line = "tenant '" + s->config.tenant + "'" + inherited_from + " joined " + request.dir + ":";
       for (const SessionDevice& d : s->devices)
         line += " GPU " + std::to_string(d.ordinal) + " (" + d.uuid_text + ") " +
                 cap_text(s->coordinator->cap(d.ordinal)) + ";";

@@ -3,6 +3,9 @@
 // Every option is checked with the same parsers libslice uses (a wrong value is an error naming
 // the option, the value and a valid example; exit 2); then the SLICE_* variables and LD_PRELOAD
 // (libslice.so first, what was there kept after it) are set and the command is exec'd.
+// The tenant is decided here, before CMD runs (issue 26): --tenant, else SLICE_TENANT, else the tenant
+// of the nearest member in slice-run's own lineage (libslice/coordinator/lineage.h: slice-run started
+// by a sliced program stays in its slice), else a new name; CMD and every process it starts inherit it.
 #include <unistd.h>
 
 #include <climits>
@@ -14,6 +17,7 @@
 
 #include "config.h"
 #include "config_values.h"
+#include "lineage.h"
 #include "printable.h"
 #include "quantity.h"
 #include "variables_doc.h"
@@ -32,7 +36,8 @@ const char kUsage[] =
     "  --compute P       SLICE_COMPUTE_SHARE: percent of GPU time guaranteed under contention (1-100)\n"
     "  --limit P         SLICE_COMPUTE_LIMIT: hard ceiling, percent of GPU time (1-100)\n"
     "  --priority W      SLICE_PRIORITY: high, normal or low\n"
-    "  --tenant NAME     SLICE_TENANT: the budget to join (default: a new one, shared by CMD's children)\n"
+    "  --tenant NAME     SLICE_TENANT: the budget to join (default: SLICE_TENANT, else the slice of the\n"
+    "                    sliced program that started slice-run, else a new one; CMD's children share it)\n"
     "  --coordinator DIR SLICE_COORDINATOR_DIR: the coordinator folder (an absolute path)\n"
     "  --help            this text\n"
     "\n"
@@ -134,6 +139,14 @@ int main(int argc, char** argv) {
     return kExitFailure;
   }
   for (const Setting& s : settings) setenv(s.variable, s.value.c_str(), 1);
+  if (const char* t = std::getenv("SLICE_TENANT"); t == nullptr || *t == '\0') {
+    const char* d = std::getenv("SLICE_COORDINATOR_DIR");
+    const std::string dir = d != nullptr && *d != '\0' ? d : SLICE_DEFAULT_COORDINATOR_DIR;
+    const std::optional<std::string> inherited = slice::inherited_tenant(dir);
+    const std::string program = argv[i];
+    setenv("SLICE_TENANT",
+           (inherited ? *inherited : slice::new_tenant_name(program.substr(program.rfind('/') + 1))).c_str(), 1);
+  }
   // The SLICE_* variables CMD inherits (a container's environment, say) are checked too: libslice
   // would refuse them at the first CUDA call, which is later and further from whoever set them.
   if (const slice::ConfigResult config = slice::parse_config(slice::process_slice_environment()); !config) {

@@ -1,5 +1,7 @@
 #include "tenant_file.h"
 
+#include "lineage.h"
+
 #include "awake_bell.h"
 #include "policy.h"
 
@@ -124,8 +126,9 @@ bool prepare_coordinator_dir(const std::string& dir, std::string& error) {
     }
   }
   if (!make_dir(dir, 01777, error) || !make_dir(dir + "/tenants", 01777, error)) return false;
-  std::string no_bell;
+  std::string no_bell, no_members;
   make_dir(dir + "/" + kAwakeFolder, 01777, no_bell);
+  make_dir(dir + "/" + kMembersFolder, 01777, no_members);  // lineage.h; without it, no tenant is inherited
   if (access((dir + "/tenants").c_str(), W_OK | X_OK) != 0) {
     error = "cannot write in " + dir + "/tenants: " + std::strerror(errno);
     return false;

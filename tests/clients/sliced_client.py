@@ -145,8 +145,16 @@ class Client:
     # ---- the process ----
 
     @staticmethod
+    def op_tenant():
+        """The tenant libslice put this process in, as it tells the program (slice_get_info)."""
+        info = (ctypes.c_uint8 * 112)()
+        ctypes.c_uint32.from_buffer(info).value = 112
+        rc = ctypes.CDLL(None).slice_get_info(0, info)
+        return {"tenant": bytes(info[8:72]).split(b"\0")[0].decode() if rc == 0 else None}
+
+    @staticmethod
     def op_getenv(name):
-        """The C library's environment, which libslice writes to (os.environ is a copy taken at start)."""
+        """The C library's environment (os.environ is a copy taken at start): libslice writes nothing there."""
         libc = ctypes.CDLL(None)
         libc.getenv.restype = ctypes.c_char_p
         value = libc.getenv(name.encode())
@@ -154,8 +162,8 @@ class Client:
 
     @staticmethod
     def op_run(argv):
-        """Runs a child the way a program does (environment inherited from this process's C
-        environment, which holds what libslice exported), and returns what it printed."""
+        """Runs a child the way a program does (with os.environ, a copy of the environment taken at
+        start), and returns what it printed."""
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
         return {"returncode": done.returncode, "stdout": done.stdout, "stderr": done.stderr}
 

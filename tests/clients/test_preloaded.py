@@ -299,19 +299,21 @@ def test_nvitop_with_the_tenants_name_shows_the_slice(watched):
 def test_a_child_process_joins_the_tenant_its_parent_was_given(clients):
     parent = clients(SLICE_MEMORY_LIMIT="1Gi")  # no SLICE_TENANT: libslice names one at cuInit
     assert parent("init")["cuInit"] == "CUDA_SUCCESS"
-    tenant = parent("getenv", name="SLICE_TENANT")["value"]
-    assert tenant, "libslice did not export SLICE_TENANT at cuInit"
+    # Nothing is written into the environment (issue 26): the child finds the tenant through its
+    # lineage (libslice/coordinator/lineage.h), as libslice tells it (slice_get_info).
+    assert parent("getenv", name="SLICE_TENANT")["value"] is None
+    tenant = parent("tenant")["tenant"]
+    assert tenant, "libslice named no tenant"
     assert parent("alloc", size=512 * MiB)["result"] == "CUDA_SUCCESS"
 
     # The child gets the parent's environment as any child does (its cap too, so only a shared
     # budget stops it at 512 MiB rather than 1 GiB).
-    requests = [{"op": "init"}, {"op": "getenv", "name": "SLICE_TENANT"}, {"op": "fill", "chunk": 256 * MiB},
-                {"op": "mem_info"}]
+    requests = [{"op": "init"}, {"op": "tenant"}, {"op": "fill", "chunk": 256 * MiB}, {"op": "mem_info"}]
     child = parent("run", argv=[sys.executable, CLIENT, *map(json.dumps, requests)])
     assert child["returncode"] == 0, child["stderr"]
     init, env, filled, mem = map(json.loads, child["stdout"].splitlines())
     assert init == {"cuInit": "CUDA_SUCCESS"}
-    assert env["value"] == tenant
+    assert env["tenant"] == tenant
     assert (filled["count"], filled["refused_with"]) == (2, "CUDA_ERROR_OUT_OF_MEMORY")
     assert mem == {"free": 0, "total": GiB, "device_total": GiB}
     lines = libslice_lines(child["stderr"])

@@ -55,7 +55,19 @@ TEST(SliceRun, LeavesUnsetWhatWasNotAsked) {
   const Result r = run("-- env");
   ASSERT_EQ(r.rc, 0) << r.out;
   EXPECT_EQ(r.out.find("SLICE_MEMORY_LIMIT="), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("SLICE_TENANT="), std::string::npos) << "libslice names a new tenant itself";
+}
+
+TEST(SliceRun, NamesTheTenantBeforeTheCommandRuns) {
+  // Issue 26: without --tenant, a new name (the command's, its PID, random bits), set before CMD
+  // runs, so that every copy of CMD's environment carries it; one given is kept.
+  Result r = run("-- env");
+  ASSERT_EQ(r.rc, 0) << r.out;
+  const auto at = r.out.find("\nSLICE_TENANT=env-");
+  EXPECT_NE(at, std::string::npos) << r.out;
+  r = run("-- env", "SLICE_TENANT=given");
+  EXPECT_TRUE(has_line(r.out, "SLICE_TENANT=given")) << r.out;
+  r = run("--tenant chosen -- env");
+  EXPECT_TRUE(has_line(r.out, "SLICE_TENANT=chosen")) << r.out;
 }
 
 TEST(SliceRun, AnInvalidVariableInTheEnvironmentIsRefusedBeforeTheCommandRuns) {

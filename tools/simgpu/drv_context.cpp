@@ -234,13 +234,17 @@ CUresult cuCtxCreate_v2(CUcontext* pctx, unsigned int flags, CUdevice dev) { ret
 CUresult cuCtxCreate_v3(CUcontext* pctx, CUexecAffinityParam* params, int n, unsigned int flags, CUdevice dev) {
   if (n < 0 || (n > 0 && !params)) return CUDA_ERROR_INVALID_VALUE;
   if (n > 0) return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
-  return SIM_EXPORT_CALL(cuCtxCreate_v2)(pctx, flags, dev);
+  if (const auto inner = reinterpret_cast<decltype(&::cuCtxCreate_v2)>(export_through_the_linker("cuCtxCreate_v2")))
+    return inner(pctx, flags, dev);  // SIMGPU_CALL_THROUGH_LINKER: through the preloaded hook
+  return create_and_push(pctx, flags, dev);
 }
 
 CUresult cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* params, unsigned int flags, CUdevice dev) {
   if (params && (params->numExecAffinityParams > 0 || params->cigParams))
     return CUDA_ERROR_NOT_SUPPORTED;  // execution affinity and CIG are not simulated
-  return SIM_EXPORT_CALL(cuCtxCreate_v2)(pctx, flags, dev);
+  if (const auto inner = reinterpret_cast<decltype(&::cuCtxCreate_v2)>(export_through_the_linker("cuCtxCreate_v2")))
+    return inner(pctx, flags, dev);  // SIMGPU_CALL_THROUGH_LINKER: through the preloaded hook
+  return create_and_push(pctx, flags, dev);
 }
 
 CUresult cuCtxDestroy_v2(CUcontext ctx) {
