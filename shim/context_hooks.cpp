@@ -15,18 +15,23 @@ namespace slice::shim {
 namespace {
 
 struct Measure {
-  std::optional<std::uint64_t> process;
+  std::optional<std::vector<NvmlProcessEntry>> processes;  // NVML's list of the device's processes
   std::uint64_t charged = 0;
 };
 
 Measure measure(Session& s, NvmlLook& look, int device) {
-  return {look.process_memory(s.devices[device].uuid_text), s.coordinator->mine(device)};
+  return {look.processes(s.devices[device].uuid_text), s.coordinator->mine(device)};
 }
 
-// What the context took: the growth NVML saw less the growth of our own charges.
+// What the context took: the growth of this process's entry in NVML's list less the growth of our
+// own charges. Where the process is not known in the list yet (a PID namespace with its own /proc:
+// libslice/coordinator/nvml_identity.h), what grew across the context's creation teaches who it is.
 std::uint64_t context_bytes(const Measure& before, const Measure& after) {
-  if (!before.process || !after.process) return 0;
-  const std::uint64_t grew = *after.process > *before.process ? *after.process - *before.process : 0;
+  if (!before.processes || !after.processes) return 0;
+  nvml_identity().observe_context(*before.processes, *after.processes);
+  const std::optional<std::uint64_t> was = own_entry(*before.processes), is = own_entry(*after.processes);
+  if (!was || !is) return 0;
+  const std::uint64_t grew = *is > *was ? *is - *was : 0;
   const std::uint64_t ours = after.charged > before.charged ? after.charged - before.charged : 0;
   return grew > ours ? grew - ours : 0;
 }

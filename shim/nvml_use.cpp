@@ -62,18 +62,18 @@ NvmlLook::NvmlLook() {
   started_ = own_reference();
 }
 
-std::optional<std::uint64_t> NvmlLook::process_memory(const std::string& uuid) {
+std::optional<std::vector<NvmlProcessEntry>> NvmlLook::processes(const std::string& uuid) {
   if (!started_) return std::nullopt;  // NVML did not start
   const KeepErrno keep;
   const OwnWork own;  // a fork waits for it
   const auto by_uuid = SLICE_REAL(nvmlDeviceGetHandleByUUID);
-  const auto processes = SLICE_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
+  const auto list = SLICE_REAL(nvmlDeviceGetComputeRunningProcesses_v3);
   nvmlDevice_t device = nullptr;
-  if (by_uuid == nullptr || processes == nullptr || by_uuid(uuid.c_str(), &device) != NVML_SUCCESS) return std::nullopt;
+  if (by_uuid == nullptr || list == nullptr || by_uuid(uuid.c_str(), &device) != NVML_SUCCESS) return std::nullopt;
   std::vector<nvmlProcessInfo_t> infos(64);
   for (;;) {
     unsigned int count = static_cast<unsigned int>(infos.size());
-    const nvmlReturn_t rc = processes(device, &count, infos.data());
+    const nvmlReturn_t rc = list(device, &count, infos.data());
     if (rc == NVML_ERROR_INSUFFICIENT_SIZE && count > infos.size()) {
       infos.resize(count + 16);  // processes came meanwhile
       continue;
@@ -82,9 +82,32 @@ std::optional<std::uint64_t> NvmlLook::process_memory(const std::string& uuid) {
     infos.resize(count);
     break;
   }
-  const unsigned int self = static_cast<unsigned int>(::getpid());
+  std::vector<NvmlProcessEntry> entries;
   for (const nvmlProcessInfo_t& info : infos)
-    if (info.pid == self) return info.usedGpuMemory == NVML_VALUE_NOT_AVAILABLE_ULL ? 0 : info.usedGpuMemory;
+    entries.push_back({info.pid, info.usedGpuMemory == NVML_VALUE_NOT_AVAILABLE_ULL ? 0 : info.usedGpuMemory});
+  return entries;
+}
+
+std::optional<std::uint64_t> NvmlLook::process_memory(const std::string& uuid) {
+  const std::optional<std::vector<NvmlProcessEntry>> list = processes(uuid);
+  return list ? own_entry(*list) : std::nullopt;
+}
+
+NvmlIdentity& nvml_identity() noexcept {
+  static constinit std::atomic<NvmlIdentity*> identity{nullptr};  // never destroyed: hooks run at exit
+  if (NvmlIdentity* known = identity.load(std::memory_order_acquire)) return *known;
+  auto* made = new NvmlIdentity();
+  NvmlIdentity* expected = nullptr;
+  if (identity.compare_exchange_strong(expected, made)) return *made;
+  delete made;
+  return *expected;
+}
+
+std::optional<std::uint64_t> own_entry(const std::vector<NvmlProcessEntry>& list) {
+  const std::optional<std::uint32_t> self = nvml_identity().pid();
+  if (!self) return std::nullopt;
+  for (const NvmlProcessEntry& e : list)
+    if (e.pid == *self) return e.bytes;
   return 0;  // not listed: nothing of this process on that device yet
 }
 
@@ -93,6 +116,7 @@ std::uint64_t nvml_start_ns() noexcept { return g_start_ns.load(std::memory_orde
 void nvml_after_fork_in_child() noexcept {
   // A start under way on a thread that is not in the child never ends here.
   if (g_own.load() == kStarting) g_own.store(kUnavailable);
+  nvml_identity().reset();  // the child is another process, under another PID
 }
 
 nvmlReturn_t application_nvml_init(NvmlInit which, unsigned int flags) noexcept {

@@ -37,8 +37,10 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "nvml_api.h"
+#include "nvml_identity.h"
 
 namespace slice::shim {
 
@@ -49,15 +51,22 @@ class NvmlLook {
   NvmlLook(const NvmlLook&) = delete;
   NvmlLook& operator=(const NvmlLook&) = delete;
 
-  // This process's device memory on the GPU with this UUID ("GPU-..."), as NVML reports it (its
-  // entry in the running compute processes, 0 when not listed); nullopt where NVML cannot tell: no
-  // NVML, NVML does not start, or this process not to be found by its PID (a PID namespace NVML does
-  // not see).
+  // The running compute processes on the GPU with this UUID ("GPU-..."), as NVML lists them (by the
+  // host's PIDs); nullopt where NVML cannot tell (no NVML, NVML does not start).
+  std::optional<std::vector<NvmlProcessEntry>> processes(const std::string& uuid);
+  // This process's device memory there: its entry (0 when not listed); nullopt where NVML cannot
+  // tell, or this process is not known in NVML's list yet (a PID namespace: nvml_identity.h).
   std::optional<std::uint64_t> process_memory(const std::string& uuid);
 
  private:
   bool started_ = false;
 };
+
+// Which of NVML's entries is this process (libslice/coordinator/nvml_identity.h); made on first use.
+NvmlIdentity& nvml_identity() noexcept;
+// This process's memory in one of NVML's lists: its entry's (0 when not listed); nullopt while the
+// process is not known in NVML's lists.
+std::optional<std::uint64_t> own_entry(const std::vector<NvmlProcessEntry>& list);
 
 // The application's nvmlInit, nvmlInit_v2 or nvmlInitWithFlags(flags), and its nvmlShutdown, made
 // and counted as above. NVML_ERROR_LIBRARY_NOT_FOUND where NVML is not installed.
