@@ -156,6 +156,10 @@ def case_neighbour_killed():
 
 def case_limit():
     got = run_case("limit 40% alone", [dict(name="a", kernel_us=1000, limit=40)], [0.40])
+    # The hard limit holds on every launch path (issue 26): cooperative kernels and CUDA graphs.
+    for how in ("cooperative", "graph"):
+        run_case(f"limit 40% alone, {how} launches",
+                 [dict(name="a", kernel_us=1000, limit=40, extra=("--launch", how))], [0.40])
     got = run_case("limit 40% beside a 20%-share tenant",
                    [dict(name="a", kernel_us=1000, share=80, limit=40), dict(name="b", kernel_us=1000, share=20)],
                    [0.40, 0.60])

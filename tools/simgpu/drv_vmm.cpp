@@ -5,6 +5,8 @@
 // file-descriptor handle type can be exported (cuMemExportToShareableHandle: a descriptor of its
 // memfd) and imported by another process (cuMemImportFromShareableHandle), which maps the same
 // memory; the exporter holds the device charge, an import takes none (NCCL shares buffers so).
+// Host allocations (a location of type HOST or HOST_NUMA, NCCL's host buffers) are host memory: no
+// device charge, not IPC capable; HOST_NUMA names node 0, the one NUMA node of the simulated host.
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -18,7 +20,7 @@
 namespace simgpu {
 
 struct PhysicalAllocation {
-  int device = 0;
+  int device = 0;  // physical; -1 for a host allocation
   std::size_t size = 0;
   int fd = -1;
   int refs = 1;            // the handle references below, plus one per mapping
@@ -43,7 +45,7 @@ std::map<std::uintptr_t, Mapping> g_mappings;
 
 void drop_ref_locked(PhysicalAllocation* p) {
   if (--p->refs > 0) return;
-  if (!p->imported) uncharge_device(p->device, p->size);
+  if (!p->imported && p->device >= 0) uncharge_device(p->device, p->size);
   close(p->fd);
   remove_live_locked(p);
   delete p;
@@ -77,7 +79,9 @@ extern "C" {
 CUresult cuMemGetAllocationGranularity(size_t* g, const CUmemAllocationProp* prop, CUmemAllocationGranularity_flags) {
   if (CUresult r = ensure_initialized()) return r;
   if (!g || !prop) return CUDA_ERROR_INVALID_VALUE;
-  if (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(prop->location.id))
+  const bool host = prop->location.type == CU_MEM_LOCATION_TYPE_HOST ||
+                    (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && prop->location.id == 0);
+  if (!host && (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(prop->location.id)))
     return CUDA_ERROR_INVALID_DEVICE;
   *g = kMemoryGranularity;
   return CUDA_SUCCESS;
@@ -88,10 +92,27 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, size_t size, const CU
   if (CUresult r = ensure_initialized()) return r;
   if (CUresult r = unsafe_call_check("cuMemCreate")) return r;
   if (!handle || !prop || flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-    return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_device(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
+  if (prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
   if (size == 0 || size % kMemoryGranularity) return CUDA_ERROR_INVALID_VALUE;
+  const CUmemLocationType where = prop->location.type;
+  if (where == CU_MEM_LOCATION_TYPE_HOST || where == CU_MEM_LOCATION_TYPE_HOST_NUMA) {
+    // Host memory: the id is ignored for HOST, a NUMA node for HOST_NUMA (the one node, 0); not IPC
+    // capable, so no handle type may be asked for (cuda.h, cuMemCreate).
+    if (where == CU_MEM_LOCATION_TYPE_HOST_NUMA && prop->location.id != 0) return CUDA_ERROR_INVALID_VALUE;
+    if (prop->requestedHandleTypes != 0) return CUDA_ERROR_INVALID_VALUE;
+    const int fd = memfd_create("simgpu-vmm-host", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+      if (fd >= 0) close(fd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    std::lock_guard<std::mutex> lk(driver().mu);
+    auto* p = new PhysicalAllocation{-1, size, fd, 1, 1};
+    add_live_locked(p);
+    *handle = reinterpret_cast<CUmemGenericAllocationHandle>(p);
+    return CUDA_SUCCESS;
+  }
+  if (where != CU_MEM_LOCATION_TYPE_DEVICE) return CUDA_ERROR_INVALID_VALUE;  // HOST_NUMA_CURRENT included
+  if (!valid_device(prop->location.id)) return CUDA_ERROR_INVALID_DEVICE;
   if (prop->requestedHandleTypes & ~static_cast<unsigned>(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
     return CUDA_ERROR_NOT_SUPPORTED;  // the other handle types are not simulated
   const int dev = physical_device(prop->location.id);
@@ -181,7 +202,10 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
   g_mappings[base] = Mapping{size, p};
   p->refs++;
   // So that copies, sets and pointer queries see the range.
-  record_allocation_locked(base, size, size, MemKind::device, g.primary[p->device], p->device);
+  if (p->device >= 0)
+    record_allocation_locked(base, size, size, MemKind::device, g.primary[p->device], p->device);
+  else
+    record_allocation_locked(base, size, size, MemKind::host, nullptr, 0);
   return CUDA_SUCCESS;
 }
 
@@ -211,7 +235,8 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc* des
   if (covered != size) return CUDA_ERROR_INVALID_VALUE;
   int prot = PROT_NONE;
   for (std::size_t i = 0; i < count; ++i) {
-    if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(desc[i].location.id))
+    const bool host_numa = desc[i].location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && desc[i].location.id == 0;
+    if (!host_numa && (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(desc[i].location.id)))
       return CUDA_ERROR_INVALID_DEVICE;
     if (desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
       prot = PROT_READ | PROT_WRITE;
@@ -230,8 +255,8 @@ CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp* prop, CUmem
   if (!is_live_locked(p)) return CUDA_ERROR_INVALID_VALUE;
   *prop = CUmemAllocationProp{};
   prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
-  prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop->location.id = ordinal_of(p->device);
+  prop->location.type = p->device >= 0 ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST;
+  prop->location.id = p->device >= 0 ? ordinal_of(p->device) : 0;
   return CUDA_SUCCESS;
 }
 

@@ -34,10 +34,11 @@ int main(int argc, char** argv) {
   double seconds = 3;
   unsigned long long kernel_us = 1000;
   unsigned long long alloc_mib = 0;
-  int depth = 0;             // kernels per batch; 0: about 4 ms of work
-  bool churn = false;        // also allocate and free small blocks as fast as possible, on a second thread
-  bool show_memory = false;  // say what cuMemGetInfo reports (on standard error), before allocating
-  int requests = 0;          // >0: a server answering requests instead of a busy loop (see usage)
+  int depth = 0;                  // kernels per batch; 0: about 4 ms of work
+  bool churn = false;             // also allocate and free small blocks as fast as possible, on a second thread
+  bool show_memory = false;       // say what cuMemGetInfo reports (on standard error), before allocating
+  int requests = 0;               // >0: a server answering requests instead of a busy loop (see usage)
+  std::string launch = "kernel";  // how each kernel goes: cuLaunchKernel, cooperative, or a graph of it
   unsigned long long gap_us = 2000;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i];
@@ -57,16 +58,23 @@ int main(int argc, char** argv) {
       requests = std::atoi(argv[i + 1]);
     else if (k == "--gap-us")
       gap_us = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--launch" &&
+             (std::strcmp(argv[i + 1], "kernel") == 0 || std::strcmp(argv[i + 1], "cooperative") == 0 ||
+              std::strcmp(argv[i + 1], "graph") == 0))
+      launch = argv[i + 1];
     else {
-      std::fprintf(stderr,
-                   "usage: simgpu-load [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D] [--churn 0|1]\n"
-                   "                   [--show-memory 0|1] [--requests R [--gap-us G]]\n"
-                   "  keeps device 0 busy with spin kernels of N us (default 1000) for S seconds (default 3),\n"
-                   "  after allocating M MiB (default 0); D kernels per batch (default: about 4 ms of work);\n"
-                   "  --churn 1 also allocates and frees 4 KiB blocks without pause on a second thread;\n"
-                   "  --show-memory 1 prints what cuMemGetInfo reports, on standard error, before allocating;\n"
-                   "  --requests R: instead, R requests of one kernel each, waited for, G us apart (default\n"
-                   "  2000); prints each latency's percentiles: \"latency_us p50 P p99 P max M\"\n");
+      std::fprintf(
+          stderr,
+          "usage: simgpu-load [--seconds S] [--kernel-us N] [--alloc-mib M] [--depth D] [--churn 0|1]\n"
+          "                   [--show-memory 0|1] [--requests R [--gap-us G]] [--launch kernel|cooperative|graph]\n"
+          "  keeps device 0 busy with spin kernels of N us (default 1000) for S seconds (default 3),\n"
+          "  after allocating M MiB (default 0); D kernels per batch (default: about 4 ms of work);\n"
+          "  --churn 1 also allocates and frees 4 KiB blocks without pause on a second thread;\n"
+          "  --show-memory 1 prints what cuMemGetInfo reports, on standard error, before allocating;\n"
+          "  --requests R: instead, R requests of one kernel each, waited for, G us apart (default\n"
+          "  2000); prints each latency's percentiles: \"latency_us p50 P p99 P max M\"\n"
+          "  --launch: each kernel by cuLaunchKernel (default), cuLaunchCooperativeKernel, or as a graph of\n"
+          "  one kernel node (captured once, then cuGraphLaunch)\n");
       return 2;
     }
   }
@@ -126,12 +134,25 @@ int main(int argc, char** argv) {
   for (CUevent& e : batch_done) cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
   unsigned long long ns = kernel_us * 1000;
   void* params[] = {&ns};
+  CUgraphExec graph = nullptr;
+  if (launch == "graph") {  // one kernel node, captured once
+    CUgraph g = nullptr;
+    if ((r = cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL))) return fail("cuStreamBeginCapture", r);
+    if ((r = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr))) return fail("cuLaunchKernel", r);
+    if ((r = cuStreamEndCapture(stream, &g))) return fail("cuStreamEndCapture", r);
+    if ((r = cuGraphInstantiate(&graph, g, 0))) return fail("cuGraphInstantiate", r);
+  }
+  const auto submit = [&]() -> CUresult {
+    if (graph != nullptr) return cuGraphLaunch(graph, stream);
+    if (launch == "cooperative") return cuLaunchCooperativeKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params);
+    return cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr);
+  };
   const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
   for (unsigned long long batch = 0; std::chrono::steady_clock::now() < end; ++batch) {
     CUevent& done = batch_done[batch % 2];
     if (batch >= 2) cuEventSynchronize(done);  // the batch before the previous one has finished
     for (int k = 0; k < depth; ++k)
-      if ((r = cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr))) return fail("cuLaunchKernel", r);
+      if ((r = submit())) return fail(launch.c_str(), r);
     cuEventRecord(done, stream);
     if (batch == 0) {
       std::printf("ready\n");
