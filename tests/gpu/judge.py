@@ -76,6 +76,21 @@ def shares(a_out, b_out, kernel_us, kind, figures, expect=0.30, tolerance=0.05):
     return 0 if ok else 1
 
 
+def limit(out, expect, figures, tolerance=0.05):
+    """A tenant alone under a hard limit: the device time it got over its window (issue 26)."""
+    try:
+        device, window = one(out, "device_s"), one(out, "window_s")
+    except (OSError, ValueError) as e:
+        print(f"limit: {e}")
+        return 1
+    got = device / window if window else 0.0
+    add_figures(figures, [("limit", f"hard limit {float(expect):.2f}, cooperative launches", f"{got:.3f}", "of the device")])
+    ok = abs(got - float(expect)) <= tolerance
+    print(f"alone under a hard limit of {float(expect):.2f}: {device:.3f} s of device time in {window:g} s = {got:.3f} "
+          f"(wanted {float(expect):.2f} +- {tolerance:.2f})")
+    return 0 if ok else 1
+
+
 def spread(xs):
     """(median, first quartile, third quartile, min, max) of a sample."""
     xs = sorted(xs)
@@ -362,6 +377,8 @@ def selftest():
         expect("shares 0.30", shares(busy("a1", 1.2), busy("b1", 2.8), 1000, "plain", figures), 0)
         expect("shares 0.50", shares(busy("a2", 2.0), busy("b2", 2.0), 1000, "graph", figures), 1)
         expect("shares without figures", shares(write("a3", "error=late\n"), busy("b3", 1), 100, "plain", None), 1)
+        expect("limit 0.40 held", limit(busy("l1", 1.6), "0.40", figures), 0)
+        expect("limit 0.40 passed", limit(busy("l2", 2.4), "0.40", figures), 1)
         w = write("without", "launch_ns=2000\nalloc_free_ns=5000\n" * 3)
         expect("calls", calls(w, write("with", "launch_ns=2100\nalloc_free_ns=5600\n" * 3), figures), 0)
         expect("calls, nothing measured", calls(w, write("empty", ""), figures), 1)
@@ -478,6 +495,7 @@ def selftest():
 def main(argv):
     commands = {
         "shares": (5, lambda a: shares(a[0], a[1], a[2], a[3], a[4])),
+        "limit": (3, lambda a: limit(*a)),
         "calls": (3, lambda a: calls(*a)),
         "syscalls": (5, lambda a: syscalls(*a)),
         "syscount-probe": (3, lambda a: syscount_probe(*a)),

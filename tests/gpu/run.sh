@@ -247,6 +247,7 @@ build bench-calls "${cxx[@]}" tests/gpu/bench_calls.cpp -o "$bin/bench_calls" ${
 build syscount g++ -std=c++20 -O2 -pthread tests/gpu/syscount.cpp -o "$bin/syscount"
 build process-trace g++ -std=c++20 -O2 -pthread tests/shim/process_trace.cpp -o "$bin/process_trace" -ldl
 build nvml-reentry "${cxx[@]}" tests/gpu/nvml_reentry.cpp -o "$bin/nvml_reentry" -ldl
+build nvml-cycles "${cxx[@]}" -pthread tests/gpu/nvml_cycles.cpp -o "$bin/nvml_cycles" -ldl
 build nvml-reentry-interposer "${cxx[@]}" -shared -fPIC tests/gpu/nvml_reentry_interposer.cpp \
   -o "$bin/libnvml_reentry_interposer.so" -ldl
 for f in runtime_cap spin_share capture_threads; do
@@ -292,6 +293,7 @@ spin_neighbour=(busy 1000 0 150) # a busy tenant beside a check, stopped when th
 spin_server=(serve 1000 300 2000)
 spin_exit=(busy 100 0 0.3)       # clean exits
 spin_cpu=(busy 1000 0 5)         # --bench: CPU of a busy process
+spin_limit=(busy 1000 0 4 cooperative)  # a hard limit on cooperative launches
 share_kernels=(100 1000 10000) share_kinds=(plain graph) share_window=4 share_lead_ms=5000
 neighbour_settle_s=1             # a neighbour's head start
 lm_solo=4 lm_joint=12 lm_lead=1  # transformers: seconds alone (each), together, before the first window
@@ -325,12 +327,20 @@ neighbour_start() {  # neighbour_start LOG: a busy tenant of its own beside what
 }
 neighbour_stop() { kill "$neighbour_pid" 2> /dev/null; wait "$neighbour_pid" 2> /dev/null; background=(); }
 pyrun() {  # pyrun VAR=VALUE... -- SCRIPT ARGS...: a framework check under libslice, its watchdog inside the check's limit
-  local envs=() script
-  while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+  # PYRUN_PREFIX="COMMAND ARGS": python3 runs under that command (unshare ...)
+  local envs=() prefix=() script
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    case $1 in
+      PYRUN_PREFIX=*) read -ra prefix <<< "${1#PYRUN_PREFIX=}" ;;
+      *) envs+=("$1") ;;
+    esac
+    shift
+  done
   shift
   script=$1
   shift
-  "${under[@]}" ${envs[@]+"${envs[@]}"} python3 "$fw/$script" "$@" ${flags[@]+"${flags[@]}"} --timeout "$(watchdog_s)"
+  "${under[@]}" ${envs[@]+"${envs[@]}"} ${prefix[@]+"${prefix[@]}"} python3 "$fw/$script" "$@" \
+    ${flags[@]+"${flags[@]}"} --timeout "$(watchdog_s)"
 }
 watchdog_s() { echo $((check_limit > 20 ? check_limit - 10 : check_limit / 2)); }  # a Python check's own, inside the limit
 status_of() {  # status_of FILE: slicectl status --json into FILE
@@ -467,6 +477,37 @@ nvml_reentry() {
   else
     echo "yes: NVML calls its own entry points through the dynamic linker ($nested): hooks are re-entered; from its own threads: $other"
   fi
+}
+# What a start and a stop of NVML leave in a process (no libslice): keys, descriptors, threads and
+# resident memory after the first of 200 cycles and after all, and the start times (issue 25: why
+# libslice starts NVML once per process, docs/memory.md). A fact recorded: PASS when NVML answered.
+nvml_cycles() {
+  local said
+  said=$("${plain[@]}" "$bin/nvml_cycles" 200) || { echo "$said"; return 1; }
+  echo "$said"
+  local k
+  for k in first_cycle_keys first_cycle_descriptors first_cycle_threads all_cycles_keys all_cycles_descriptors \
+    all_cycles_threads all_cycles_resident_kib first_start_ms later_start_median_ms; do
+    figure nvml-cycles "$k" "$(sed -n "s/^$k=//p" <<< "$said")" ""
+  done
+  echo "200 starts of NVML left $(sed -n 's/^all_cycles_keys=//p' <<< "$said") keys, $(sed -n 's/^all_cycles_descriptors=//p' <<< "$said") descriptors, $(sed -n 's/^all_cycles_threads=//p' <<< "$said") threads (the first: $(sed -n 's/^first_cycle_keys=//p' <<< "$said"), $(sed -n 's/^first_cycle_descriptors=//p' <<< "$said"), $(sed -n 's/^first_cycle_threads=//p' <<< "$said"))"
+}
+# A hard limit of 40% on a tenant alone that launches cooperative kernels (issue 26).
+limit_cooperative() {
+  "${under[@]}" SLICE_TENANT=limit-cooperative SLICE_COMPUTE_LIMIT=40 "$bin/spin_share" "${spin_limit[@]}" \
+    > "$logs/$check_name.out" 2>&1 || { cat "$logs/$check_name.out"; return 1; }
+  python3 tests/gpu/judge.py limit "$logs/$check_name.out" 0.40 "$figures_file"
+}
+# Inside a PID namespace with a /proc of its own, as in a container (issue 26): NVML lists the host's
+# PIDs; libslice must still find its process there and charge the context. runtime_view.py inside
+# `unshare --pid --fork --mount-proc` (root only: a SKIP otherwise).
+context_in_pid_namespace() {
+  [ "$(id -u)" = 0 ] || { echo "not root: no PID namespace of its own can be made here"; return 3; }
+  command -v unshare > /dev/null || { echo "no unshare here"; return 3; }
+  # A shell is the namespace's first process (as a container's init), the check its child: the first
+  # process of a PID namespace is not ended by a signal it sends itself.
+  pyrun SLICE_TENANT=pid-namespace SLICE_MEMORY_LIMIT=$((4 << 30)) \
+    PYRUN_PREFIX="unshare --pid --fork --mount-proc sh -c \"\$@\" sh" -- runtime_view.py
 }
 # The same program under libslice: a context, which libslice measures through NVML, then NVML
 # started and ended twice by the program, and after its last nvmlShutdown NVML answers as to a
@@ -706,6 +747,7 @@ gpu_run() {
   context_charged=$(value context_charged "$logs/nvml-sees-pids.log")
   [ "$context_charged" = 1 ] || context_charged=0
   check nvml-reentry 30 nvml_reentry
+  check nvml-cycles 60 nvml_cycles
   if [ $slice_ok = 1 ]; then
     check nvml-under-libslice 30 nvml_under_slice
     [ "$last_status" = TIMEOUT ] && slice_ok=0  # hung at a context: so would everything under libslice
@@ -734,8 +776,9 @@ gpu_run() {
   for us in "${share_kernels[@]}"; do
     for kind in "${share_kinds[@]}"; do check "shares-${us}us-$kind" 60 shares "$us" "$kind"; done
   done
-  # 5. A high-priority server beside a busy tenant.
+  # 5. A high-priority server beside a busy tenant; a hard limit on cooperative launches.
   check priority 120 priority
+  check limit-cooperative 60 limit_cooperative
   # 6. Real frameworks in this image's own python3, each under a cap (pyrun passes --timeout).
   check_note=$python_note
   for m in caching expandable async; do
@@ -751,6 +794,9 @@ gpu_run() {
   check nvml-nvidia-smi 60 pyrun SLICE_TENANT=nvml SLICE_MEMORY_LIMIT=$((4 << 30)) -- nvml_check.py
   check two-processes-one-tenant 120 pyrun SLICE_TENANT=pair SLICE_MEMORY_LIMIT=$((8 << 30)) -- two_procs_one_tenant.py
   check percent-cap 90 pyrun SLICE_TENANT=percent SLICE_MEMORY_LIMIT=25% -- percent_cap.py
+  # What the runtime, PyTorch and nvidia-smi (a child) show; the same inside a PID namespace.
+  check runtime-view 90 pyrun SLICE_TENANT=runtime-view SLICE_MEMORY_LIMIT=$((4 << 30)) -- runtime_view.py
+  check context-in-pid-namespace 90 context_in_pid_namespace
   check_note=''
   # 7. Clean exits.
   check clean-exits 60 clean_exits
@@ -774,7 +820,8 @@ gpu_run() {
 dry_spin_args() {  # spin_share reads every form this script uses; without a GPU it says "no CUDA device"
   local now forms=() form us kind n=0 rc
   now=$(date +%s%N)
-  forms=("${spin_holder[*]}" "${spin_neighbour[*]}" "${spin_server[*]}" "${spin_exit[*]}" "${spin_cpu[*]}")
+  forms=("${spin_holder[*]}" "${spin_neighbour[*]}" "${spin_server[*]}" "${spin_exit[*]}" "${spin_cpu[*]}"
+    "${spin_limit[*]}")
   for us in "${share_kernels[@]}"; do
     for kind in "${share_kinds[@]}"; do forms+=("busy $us $((now + share_lead_ms * 1000000)) $share_window $kind"); done
   done
@@ -863,7 +910,7 @@ dry_gpu_path() {  # the whole GPU path (gpu_run) on stand-ins, in a subshell: ev
   t0=$(date +%s)
   mkdir -p "$fakes/bin" "$fakes/frameworks" "$logs/stand-ins"
   for p in preflight spin_share driver_cap procaddr_real procaddr_replay runtime_cap capture_threads bench_calls \
-    syscount process_trace nvml_reentry nvidia-smi slicectl slice-device-plugin; do
+    syscount process_trace nvml_reentry nvml_cycles nvidia-smi slicectl slice-device-plugin; do
     ln -s "$repo/tests/gpu/fakes/fake_program.sh" "$fakes/bin/$p"
   done
   for f in "$repo"/tests/gpu/frameworks/*.py; do
@@ -889,7 +936,7 @@ dry_gpu_path() {  # the whole GPU path (gpu_run) on stand-ins, in a subshell: ev
   cp "$work/python-crash.tsv" "$work/python-crash-summary/results.tsv"
   local said
   said=$(python3 tests/gpu/summarize.py "$work/python-crash-summary" gpu 2>&1)
-  grep -q '^  and 11 later failures marked \[after preflight-python FAIL\]: torch-caching, ' <<< "$said" ||
+  grep -q '^  and 13 later failures marked \[after preflight-python FAIL\]: torch-caching, ' <<< "$said" ||
     bad+="Python crashing: the summary does not name preflight-python as the first cause; "
   bad+=$(awk -F'\t' -v rows="$n" '
     $1 == "preflight-python" {
@@ -902,7 +949,7 @@ dry_gpu_path() {  # the whole GPU path (gpu_run) on stand-ins, in a subshell: ev
     $2 != "PASS" { printf "Python crashing: %s %s (%s); ", $1, $2, substr($4, 1, 120) }
     END {
       if (!seen) printf "Python crashing: no preflight-python row; "
-      if (marked != 11) printf "Python crashing: %d framework checks marked as following preflight-python, not 11; ", marked
+      if (marked != 13) printf "Python crashing: %d framework checks marked as following preflight-python, not 13; ", marked
       if (NR != rows) printf "Python crashing: %d checks, not the %d of the run without; ", NR, rows
     }' "$work/python-crash.tsv")
   # And a machine without a GPU: a SKIP and nothing more, or with --require-gpu a failure.

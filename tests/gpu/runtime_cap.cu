@@ -2,6 +2,10 @@
 // runtime's allocation paths is refused at it, never past it: cudaMalloc, cudaMallocAsync,
 // cudaMallocManaged, cudaMallocPitch, cudaMallocArray, and a graph allocation node (a captured
 // cudaMallocAsync, mapped at the graph's launch). Kernels still launch and run with room left.
+// Then what servers size themselves by (issue 26): cudaGetDeviceProperties' totalGlobalMem is the
+// cap; llama.cpp's VMM pool (ggml-cuda.cu, ggml_cuda_pool_vmm), a 32 GiB range grown by cuMemCreate
+// and cuMemMap through the runtime's driver entry points until the driver says out-of-memory, at the
+// cap; and a cooperative launch.
 // Run with LD_PRELOAD=libslice.so and SLICE_MEMORY_LIMIT=<cap bytes>.
 // Usage: runtime_cap CAP_BYTES CONTEXT_CHARGED(0|1) [--unsupported KEY,KEY...]
 //   CONTEXT_CHARGED: whether libslice charges the context (NVML lists this process). Then its
@@ -9,6 +13,7 @@
 //   64 MiB; otherwise it is exact.
 //   --unsupported: paths the driver refuses here even without libslice (tests/gpu/run.sh probes
 //   them with driver_cap --probe): "managed" leaves out cudaMallocManaged, with a line saying so.
+#include <cuda.h>  // the driver's types, for its entry points fetched through the runtime
 #include <cuda_runtime.h>
 
 #include <cstdio>
@@ -38,6 +43,68 @@ size_t free_now() {
 }
 
 __global__ void add_one(int* p) { p[threadIdx.x] += 1; }
+
+// A driver function as the runtime hands it out (cuGetProcAddress underneath: libslice's wrapper).
+template <typename Fn>
+Fn driver_entry(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found) != cudaSuccess) return nullptr;
+  return reinterpret_cast<Fn>(fn);
+}
+
+// llama.cpp's VMM pool: a 32 GiB range, grown 64 MiB at a time until the driver refuses.
+void vmm_pool() {
+  const auto create = driver_entry<decltype(&cuMemCreate)>("cuMemCreate");
+  const auto release = driver_entry<decltype(&cuMemRelease)>("cuMemRelease");
+  const auto reserve = driver_entry<decltype(&cuMemAddressReserve)>("cuMemAddressReserve");
+  const auto address_free = driver_entry<decltype(&cuMemAddressFree)>("cuMemAddressFree");
+  const auto map = driver_entry<decltype(&cuMemMap)>("cuMemMap");
+  const auto unmap = driver_entry<decltype(&cuMemUnmap)>("cuMemUnmap");
+  const auto set_access = driver_entry<decltype(&cuMemSetAccess)>("cuMemSetAccess");
+  if (!create || !release || !reserve || !address_free || !map || !unmap || !set_access) {
+    expect(false, "the runtime handed out the VMM functions");
+    return;
+  }
+  constexpr size_t kRange = 32ull << 30, kStep = 64ull << 20;
+  const size_t free_before = free_now();
+  CUdeviceptr base = 0;
+  if (reserve(&base, kRange, 0, 0, 0) != CUDA_SUCCESS) {
+    expect(false, "a 32 GiB range reserved");
+    return;
+  }
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUmemAccessDesc access{};
+  access.location = prop.location;
+  access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  std::vector<CUmemGenericAllocationHandle> handles;
+  CUresult rc = CUDA_SUCCESS;
+  while (handles.size() * kStep < kRange) {
+    CUmemGenericAllocationHandle h = 0;
+    if ((rc = create(&h, kStep, &prop, 0)) != CUDA_SUCCESS) break;
+    const CUdeviceptr at = base + handles.size() * kStep;
+    if (map(at, kStep, 0, h, 0) != CUDA_SUCCESS || set_access(at, kStep, &access, 1) != CUDA_SUCCESS) {
+      release(h);
+      rc = CUDA_ERROR_UNKNOWN;
+      break;
+    }
+    handles.push_back(h);
+  }
+  const size_t grown = handles.size() * kStep;
+  std::printf("llama.cpp VMM pool: grown to %zu MiB, then %d (free before %zu MiB)\n", grown >> 20, rc,
+              free_before >> 20);
+  expect(rc == CUDA_ERROR_OUT_OF_MEMORY, "the pool's growth ended with CUDA_ERROR_OUT_OF_MEMORY");
+  expect(grown <= free_before + g_reconcile_slack && grown + kStep + g_reconcile_slack > free_before,
+         "the pool grew to the room the cap left, not past it");
+  for (size_t i = 0; i < handles.size(); ++i) {
+    unmap(base + i * kStep, kStep);
+    release(handles[i]);
+  }
+  address_free(base, kRange);
+}
 
 bool kernel_runs(int* d) {
   cudaMemset(d, 0, 32 * sizeof(int));
@@ -88,6 +155,20 @@ int main(int argc, char** argv) {
   if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return std::puts("FAIL: cudaMemGetInfo"), 1;
   std::printf("cudaMemGetInfo: free %zu total %zu (cap %llu)\n", free_bytes, total, g_cap);
   expect(total == g_cap && free_bytes <= g_cap, "the runtime sees the cap");
+  cudaDeviceProp props{};
+  expect(cudaGetDeviceProperties(&props, 0) == cudaSuccess && props.totalGlobalMem == g_cap,
+         "cudaGetDeviceProperties: totalGlobalMem is the cap (" + std::to_string(props.totalGlobalMem) + ")");
+  {
+    int* d = nullptr;
+    void* args[] = {&d};
+    const bool launched =
+        cudaMalloc(&d, 4096) == cudaSuccess && cudaMemset(d, 0, 4096) == cudaSuccess &&
+        cudaLaunchCooperativeKernel(reinterpret_cast<void*>(add_one), 1, 32, args, 0, 0) == cudaSuccess &&
+        cudaDeviceSynchronize() == cudaSuccess;
+    expect(launched, "a cooperative launch runs");
+    cudaFree(d);
+  }
+  vmm_pool();
 
   // A kernel with most of the cap taken, but room left for what a launch needs.
   {

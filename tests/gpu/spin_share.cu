@@ -1,9 +1,10 @@
 // Device time on a real GPU, for tests/gpu/run.sh: kernels that each run a set time, timed by the
 // GPU's own %globaltimer (nanoseconds, the same on every multiprocessor and at any clock: clock64
 // counts cycles per multiprocessor, and an idle H200 runs at a fraction of its peak clock).
-//   spin_share [--parse-only] busy KERNEL_US START_NS SECONDS [plain|graph]
+//   spin_share [--parse-only] busy KERNEL_US START_NS SECONDS [plain|graph|cooperative]
 //       keeps the GPU busy from START_NS (CLOCK_REALTIME, so that two processes measure the same
-//       window; 0: as soon as it is ready) for SECONDS, plainly or as CUDA graphs of ten kernels,
+//       window; 0: as soon as it is ready) for SECONDS, plainly, as CUDA graphs of ten kernels, or
+//       by cooperative launches,
 //       and prints the kernels that finished inside the window (device time = kernels x KERNEL_US),
 //       how late it began measuring (late_ms; more than 50 ms late for a given START_NS is a
 //       failure, exit 5) and this process's CPU time
@@ -38,6 +39,7 @@ struct Args {
   unsigned long long start_ns = 0;  // busy: 0 = as soon as ready
   double seconds = 0;               // busy
   bool graph = false;               // busy
+  bool cooperative = false;         // busy
   int requests = 0;                 // serve
   double gap_us = 0;                // serve
 };
@@ -64,15 +66,17 @@ std::string parse(int argc, char** argv, Args& a) {
   const char* mode = argv[i];
   char** v = argv + i + 1;
   if (std::strcmp(mode, "busy") == 0) {
-    if (left != 4 && left != 5) return "busy takes KERNEL_US START_NS SECONDS [plain|graph]";
+    if (left != 4 && left != 5) return "busy takes KERNEL_US START_NS SECONDS [plain|graph|cooperative]";
     if (!number(v[0], a.kernel_us) || a.kernel_us <= 0) return std::string("bad KERNEL_US ") + v[0];
     if (!whole(v[1], a.start_ns)) return std::string("bad START_NS ") + v[1];
     if (!number(v[2], a.seconds) || a.seconds <= 0) return std::string("bad SECONDS ") + v[2];
     if (left == 5) {
       if (std::strcmp(v[3], "graph") == 0)
         a.graph = true;
+      else if (std::strcmp(v[3], "cooperative") == 0)
+        a.cooperative = true;
       else if (std::strcmp(v[3], "plain") != 0)
-        return std::string("bad kind ") + v[3] + " (plain or graph)";
+        return std::string("bad kind ") + v[3] + " (plain, graph or cooperative)";
     }
     return "";
   }
@@ -151,6 +155,11 @@ int busy(const Args& a) {
     for (int b = 0; b < per_batch; ++b) {
       if (a.graph) {
         if (cudaError_t e = cudaGraphLaunch(exec, s)) return cuda_error("graph launch", e);
+      } else if (a.cooperative) {
+        unsigned long long kernel_ns = ns;
+        void* args[] = {&kernel_ns};
+        if (cudaError_t e = cudaLaunchCooperativeKernel(reinterpret_cast<void*>(spin), 1, 1, args, 0, s))
+          return cuda_error("cooperative launch", e);
       } else {
         spin<<<1, 1, 0, s>>>(ns);
       }
@@ -190,10 +199,11 @@ int main(int argc, char** argv) {
   Args a;
   const std::string wrong = parse(argc, argv, a);
   if (!wrong.empty()) {
-    std::fprintf(stderr,
-                 "spin_share: %s\nusage: spin_share [--parse-only] busy KERNEL_US START_NS SECONDS [plain|graph]\n"
-                 "       spin_share [--parse-only] serve KERNEL_US REQUESTS GAP_US\n",
-                 wrong.c_str());
+    std::fprintf(
+        stderr,
+        "spin_share: %s\nusage: spin_share [--parse-only] busy KERNEL_US START_NS SECONDS [plain|graph|cooperative]\n"
+        "       spin_share [--parse-only] serve KERNEL_US REQUESTS GAP_US\n",
+        wrong.c_str());
     return kUsage;
   }
   if (a.parse_only) {
@@ -201,7 +211,10 @@ int main(int argc, char** argv) {
       std::printf("mode=serve kernel_us=%g requests=%d gap_us=%g\n", a.kernel_us, a.requests, a.gap_us);
     else
       std::printf("mode=busy kernel_us=%g start=%s seconds=%g kind=%s\n", a.kernel_us,
-                  a.start_ns == 0 ? "now" : std::to_string(a.start_ns).c_str(), a.seconds, a.graph ? "graph" : "plain");
+                  a.start_ns == 0 ? "now" : std::to_string(a.start_ns).c_str(), a.seconds,
+                  a.graph         ? "graph"
+                  : a.cooperative ? "cooperative"
+                                  : "plain");
     return 0;
   }
   int devices = 0;

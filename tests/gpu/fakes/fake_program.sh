@@ -22,7 +22,8 @@ case $me in
     [ "${1:-}" = --parse-only ] && shift
     case ${1:-} in
       busy)
-        start=$3 seconds=$4 share=${SLICE_COMPUTE_SHARE:-100}
+        start=$3 seconds=$4 share=${SLICE_COMPUTE_SHARE:-100} limit=${SLICE_COMPUTE_LIMIT:-100}
+        [ "$limit" -lt "$share" ] && share=$limit  # a hard limit holds alone too
         if [ "$start" != 0 ]; then
           left=$(((start - $(now_ns)) / 1000000))
           [ $left -gt 0 ] && sleep "$((left / 1000)).$(printf %03d $((left % 1000)))"
@@ -110,6 +111,12 @@ case $me in
     per=$((total / 4 >> 20 << 20))
     echo "GPU 0 $uuid FAKE H200: $total bytes, 4 slices of $per bytes and 25%"
     for k in 0 1 2 3; do echo "  $uuid::$k"; done ;;
+  nvml_cycles)
+    # As nvml_cycles.cpp prints: what 200 starts of NVML left.
+    printf '%s\n' cycles=200 first_cycle_keys=1 first_cycle_descriptors=3 first_cycle_threads=1 \
+      first_cycle_resident_kib=2048 all_cycles_keys=1 all_cycles_descriptors=3 all_cycles_threads=1 \
+      all_cycles_resident_kib=2100 per_later_cycle_keys=0.00 per_later_cycle_descriptors=0.00 \
+      per_later_cycle_threads=0.00 first_start_ms=11.00 later_start_median_ms=2.50 nvml_cycles=ok ;;
   nvml_reentry)
     # As nvml_reentry.cpp prints, on a driver whose NVML calls nvmlInitWithFlags from nvmlInit_v2.
     case " $* " in *" --context "*) echo "context=cuInit:0 cuDeviceGet:0 cuDevicePrimaryCtxRetain:0 retain_ms=300.0" ;; esac
