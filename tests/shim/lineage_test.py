@@ -2,19 +2,20 @@
 libslice with a 2 GiB cap and no SLICE_TENANT holds 512 MiB; a process it started, however it was
 started, asks for 1800 MiB: refused (the two share one budget), and it is in the same tenant.
 
-  lineage_test.py LINEAGE_PROBE LIBSLICE DRIVER_DIR PYTHON SLICE_RUN
+  lineage_test.py LINEAGE_PROBE LIBSLICE DRIVER_DIR PYTHON SLICE_RUN SLICECTL
 
 Ways a child is started: with a copy of the environment taken at main (Go's os/exec); from Python
 with subprocess(env=dict(os.environ)); before the parent's first CUDA call; a grandchild through a
 shell; one whose parent (a shell) exited before it started CUDA; and under slice-run without
 --tenant, which names the tenant before the program runs. And two unrelated programs started by one
-process that is no member must not share. This script is no member: it runs the trees."""
+process that is no member must not share. This script is no member: it runs the trees. Last, a
+member killed leaves its marker, and `slicectl gc` removes it."""
 import os
 import subprocess
 import sys
 import textwrap
 
-probe, libslice, driver_dir, python, slice_run = sys.argv[1:6]
+probe, libslice, driver_dir, python, slice_run, slicectl = sys.argv[1:7]
 failures = []
 env = dict(os.environ)
 env.update(LD_PRELOAD=libslice, LD_LIBRARY_PATH=driver_dir, SLICE_MEMORY_LIMIT="2Gi", SIMGPU_MEMORY="8Gi")
@@ -77,6 +78,21 @@ a = run([probe, "alloc", "1500"], "unrelated a")
 b = run([probe, "alloc", "1500"], "unrelated b")
 if not (a and b and a[0].endswith("ok") and b[0].endswith("ok") and tenant(a[0]) != tenant(b[0])):
     failures.append(f"two unrelated programs shared a budget: {a} {b}")
+
+# A member killed (no exit handler) leaves its marker; slicectl gc removes markers of gone processes.
+members = os.path.join(os.environ["SLICE_COORDINATOR_DIR"], "members")
+holder = subprocess.Popen([probe, "hold", "64", "snapshot", "--", "/bin/sleep", "30"], env=env,
+                          stdout=subprocess.PIPE, text=True)
+holder.stdout.readline()  # "tenant ... holds 64": a member now
+marked = [m for m in os.listdir(members) if f".{holder.pid}." in m]
+holder.kill()
+holder.wait()
+gc = subprocess.run([slicectl, "gc"], capture_output=True, text=True, timeout=30)
+print(f"slicectl gc: {gc.stdout.strip()}")
+if len(marked) != 1:
+    failures.append(f"the member {holder.pid} had {marked} as markers, not one")
+elif os.path.lexists(os.path.join(members, marked[0])) or "1 marker of gone processes removed" not in gc.stdout:
+    failures.append(f"slicectl gc left the killed member's marker: {gc.stdout} {gc.stderr}")
 
 if failures:
     print("FAIL:\n" + "\n".join(failures))

@@ -1,5 +1,6 @@
 // slicectl gc [TENANT]: reaps dead processes now (libslice also does it by itself when a tenant
-// next needs the memory), and says how many per tenant.
+// next needs the memory), and says how many per tenant; without TENANT also removes the lineage
+// markers of processes that are gone (libslice/coordinator/lineage.h: a crash leaves its marker).
 #include <sys/stat.h>
 
 #include <cstdio>
@@ -7,6 +8,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "coordinator_view.h"
+#include "lineage.h"
 #include "printable.h"
 #include "sigbus_guard.h"
 #include "status_model.h"
@@ -63,6 +65,11 @@ int run_gc(std::vector<std::string> argv) {
       continue;
     }
     std::printf("tenant '%s': %d dead process%s reaped\n", t.c_str(), reaped, reaped == 1 ? "" : "es");
+  }
+  if (only.empty()) {
+    // Only markers of this PID namespace can be told dead from here (a container's are its own).
+    const int markers = slice::remove_stale_markers(dir);
+    if (markers > 0) std::printf("%d marker%s of gone processes removed\n", markers, markers == 1 ? "" : "s");
   }
   return rc;
 }

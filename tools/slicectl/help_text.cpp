@@ -116,7 +116,8 @@ const char* const kGcUsage =
     "Reaps the dead processes of TENANT, or of every tenant: frees their slots and gives their\n"
     "memory back to the tenant. libslice does this by itself when a tenant next needs the memory;\n"
     "gc does it now. Prints how many were reaped per tenant. Needs write access to the tenant's\n"
-    "file (root, or the tenant's own user).\n"
+    "file (root, or the tenant's own user). Without TENANT it also removes the markers that crashed\n"
+    "processes of this PID namespace left in members/ (how children find their tenant).\n"
     "\n" SLICECTL_COORDINATOR_HELP;
 
 const char* const kTopUsage =
