@@ -86,11 +86,10 @@ constexpr Ret absent_answer() {
 // The program's call of the real function of a hook: in the hook's frame, errno is the program's
 // going in and the driver's coming out (hook_frame.h). An absent library answers as it would.
 template <typename Fn, typename... Args>
-auto call_real(Fn fn, Args... args) -> decltype(fn(args...)) {
+[[gnu::always_inline]] inline auto call_real(Fn fn, Args... args) -> decltype(fn(args...)) {
   using Ret = decltype(fn(args...));
   if (fn == nullptr) return absent_answer<Ret>();
-  if (HookFrame* frame = outer_frame()) return frame->driver_call(fn, args...);
-  return fn(args...);
+  return frame_call(fn, args...);
 }
 
 // A hook reached from inside another (hook_frame.h): straight to the real function, nothing else.

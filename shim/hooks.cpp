@@ -84,8 +84,7 @@
 namespace slice::shim {
 
 namespace detail {
-constinit thread_local unsigned t_hook_depth = 0;
-constinit thread_local HookFrame* t_outer_frame = nullptr;
+constinit thread_local HookThread t_hook;
 }  // namespace detail
 
 namespace {

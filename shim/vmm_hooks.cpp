@@ -2,18 +2,17 @@
 // The driver frees the memory when the handle is released AND every mapping of it is unmapped, so
 // the charge is given back only then; mapping and unmapping cost nothing extra.
 //
-// No lock is held across the program's call of the driver (issue 25): its VMM calls from several
-// threads are not made to wait for one another. The table follows the driver in the right order all
-// the same: an unmap takes its mappings out of the table before the driver unmaps them (a map of the
-// same address can only succeed after that) and puts them back if the driver refused; a map is
-// recorded after the driver made it; a retain counts its reference before the driver's call and
-// takes it back if the call failed, so that a concurrent release cannot take the count to zero
-// meanwhile.
+// The table must follow the driver's order. A map and an unmap of one address racing on two threads
+// can only be put in the driver's order by holding the table's lock across their calls: taken out of
+// the table before an unmap, a mapping put back when the driver refused it may be one another
+// thread's unmap had already removed (the charge would stay for good; the accounting test's race
+// caught it). So cuMemMap and cuMemUnmap hold vmm->mu across the driver's call: a hook inside the
+// driver's own call passes straight through (hook_frame.h), and no holder waits on another thread
+// meanwhile. A release takes no lock across its call (its reference is dropped after the driver's
+// answer), and a retain counts its reference before the driver's call and takes it back if the call
+// failed, so that a concurrent release cannot take the count to zero meanwhile.
 #include "accounts.h"
 #include "hook_support.h"
-
-#include <utility>
-#include <vector>
 
 namespace slice::shim {
 namespace {
@@ -98,42 +97,37 @@ SLICE_HOOK_BODY(CUresult, cuMemRetainAllocationHandle)(CUmemGenericAllocationHan
 SLICE_HOOK_BODY(CUresult, cuMemMap)
 (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemMap, ptr, size, offset, handle, flags); };
-  return after_success(call, [&](Session& s) {
-    std::lock_guard<std::mutex> lock(s.vmm->mu);
-    const auto it = s.vmm->allocations.find(handle);
-    if (it == s.vmm->allocations.end()) return;
-    ++it->second.references;
-    const auto [m, added] = s.vmm->mappings.try_emplace(ptr, VmmAccounts::Mapping{handle, size});
-    if (!added) {  // the driver let it map over a mapping we knew: that one is gone
-      const CUmemGenericAllocationHandle old = m->second.handle;
-      m->second = VmmAccounts::Mapping{handle, size};
-      unreference_locked(s, old);
-    }
-  });
+  return accounted(
+      [&](Session& s) {
+        std::lock_guard<std::mutex> lock(s.vmm->mu);  // across the call: in the driver's order (above)
+        const CUresult rc = call();
+        if (rc != CUDA_SUCCESS) return rc;
+        const auto it = s.vmm->allocations.find(handle);
+        if (it == s.vmm->allocations.end()) return rc;
+        ++it->second.references;
+        const auto [m, added] = s.vmm->mappings.try_emplace(ptr, VmmAccounts::Mapping{handle, size});
+        if (!added) {  // the driver let it map over a mapping we knew: that one is gone
+          const CUmemGenericAllocationHandle old = m->second.handle;
+          m->second = VmmAccounts::Mapping{handle, size};
+          unreference_locked(s, old);
+        }
+        return rc;
+      },
+      call);
 }
 
 SLICE_HOOK_BODY(CUresult, cuMemUnmap)(CUdeviceptr ptr, size_t size) {
   const auto call = [&] { return SLICE_CALL_REAL(cuMemUnmap, ptr, size); };
   return accounted(
       [&](Session& s) {
-        // Out of the table before the driver unmaps them: a map of the same address, which the
-        // driver allows only once they are unmapped, is then recorded after them.
-        std::vector<std::pair<CUdeviceptr, VmmAccounts::Mapping>> taken;
-        {
-          std::lock_guard<std::mutex> lock(s.vmm->mu);
-          auto it = s.vmm->mappings.lower_bound(ptr);
-          while (it != s.vmm->mappings.end() && it->first < ptr + size) {
-            taken.emplace_back(*it);
-            it = s.vmm->mappings.erase(it);
-          }
-        }
+        std::lock_guard<std::mutex> lock(s.vmm->mu);  // across the call: in the driver's order (above)
         const CUresult rc = call();
-        std::lock_guard<std::mutex> lock(s.vmm->mu);
-        for (const auto& [address, mapping] : taken) {
-          if (rc == CUDA_SUCCESS)
-            unreference_locked(s, mapping.handle);
-          else
-            s.vmm->mappings.try_emplace(address, mapping);  // still mapped: the driver refused
+        if (rc != CUDA_SUCCESS) return rc;
+        auto it = s.vmm->mappings.lower_bound(ptr);
+        while (it != s.vmm->mappings.end() && it->first < ptr + size) {
+          const CUmemGenericAllocationHandle h = it->second.handle;
+          it = s.vmm->mappings.erase(it);
+          unreference_locked(s, h);
         }
         return rc;
       },
