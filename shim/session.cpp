@@ -61,11 +61,13 @@ ParsedConfig& parsed_config() {
 void parse_once() {
   const KeepErrno keep;  // the log file opened, variables read: not the call's doing
   try {
-    ConfigResult result = parse_config(process_slice_environment());
+    ConfigResult result = parse_config(process_slice_environment(), secure_execution());
     if (result.config) {
       parsed_config().config = std::move(result.config);
-      if (!parsed_config().config->disable)
+      if (!parsed_config().config->disable) {
         log::configure(parsed_config().config->log_level, parsed_config().config->log_file);
+        if (!result.notice.empty()) log::warn(result.notice);
+      }
     } else {
       parsed_config().error = result.error.message();
     }

@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <sys/auxv.h>
 #include <unistd.h>  // environ
 
 #include <algorithm>
@@ -187,7 +188,7 @@ NameMatch match_name(const std::string& name, const std::string& value) {
                       setting(closest.name, closest.example)}};
 }
 
-ConfigResult failure(ConfigError error) { return ConfigResult{std::nullopt, std::move(error)}; }
+ConfigResult failure(ConfigError error) { return ConfigResult{std::nullopt, std::move(error), {}}; }
 
 ConfigError value_error(const VariableInfo& info, const DeviceKey& device, const std::string& value,
                         std::string reason) {
@@ -215,15 +216,18 @@ Environment slice_environment(const char* const* envp) {
 
 Environment process_slice_environment() { return slice_environment(environ); }
 
-ConfigResult parse_config(const Environment& env) {
+bool secure_execution() { return getauxval(AT_SECURE) != 0; }
+
+ConfigResult parse_config(const Environment& env, bool secure) {
   Config config;
+  std::string left_out;
   const VariableInfo& disable = variable_info(VariableId::SLICE_DISABLE);
   if (const auto it = env.find(disable.name); it != env.end()) {
     const auto flag = parse_flag(it->second);
     if (!flag) return failure(value_error(disable, {}, it->second, flag.reason));
     if (*flag.value) {
       config.disable = true;
-      return ConfigResult{config, {}};
+      return ConfigResult{config, {}, {}};
     }
   }
 
@@ -232,6 +236,12 @@ ConfigResult parse_config(const Environment& env) {
     NameMatch match = match_name(name, value);
     if (match.error) return failure(std::move(*match.error));
     if (match.info == nullptr) continue;
+    if (secure && (match.info == &variable_info(VariableId::SLICE_COORDINATOR_DIR) ||
+                   match.info == &variable_info(VariableId::SLICE_POLICY_DIR) ||
+                   match.info == &variable_info(VariableId::SLICE_LOG_FILE))) {
+      left_out += (left_out.empty() ? "" : ", ") + std::string(match.info->name);
+      continue;
+    }
     // An empty flag is unset: its default holds (SLICE_CRASH_HANDLER= keeps the handler off).
     if (match.info->kind == VariableKind::flag && value.empty()) continue;
     const auto id = static_cast<VariableId>(match.info - kSliceVariables);
@@ -239,7 +249,11 @@ ConfigResult parse_config(const Environment& env) {
       return failure(value_error(*match.info, match.device, value, std::move(*reason)));
     }
   }
-  return ConfigResult{config, {}};
+  ConfigResult result{config, {}, {}};
+  if (!left_out.empty())
+    result.notice =
+        "secure execution (a setuid, setgid or capability program): " + left_out + " ignored, the defaults hold";
+  return result;
 }
 
 }  // namespace slice

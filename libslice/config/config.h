@@ -157,6 +157,8 @@ struct ConfigError {
 struct ConfigResult {
   std::optional<Config> config;  // engaged exactly when there was no error
   ConfigError error;             // meaningful only when config is empty
+  // Variables left out, and why (secure execution): one line for the log.
+  std::string notice;
 
   explicit operator bool() const { return config.has_value(); }
 };
@@ -174,6 +176,14 @@ Environment process_slice_environment();
 // Every SLICE_* entry of env must be valid; other names are ignored. When several are wrong, the
 // error is about the first by name. SLICE_DISABLE=1 gives Config{.disable = true} without reading
 // the rest, so that the escape hatch works even when another variable is broken.
-ConfigResult parse_config(const Environment& env);
+// `secure`: the process runs in secure-execution mode (setuid or setgid, file capabilities:
+// AT_SECURE), where its environment is its caller's, not its owner's: the variables that name a
+// place libslice creates, writes or trusts (SLICE_COORDINATOR_DIR, SLICE_POLICY_DIR, SLICE_LOG_FILE)
+// are left out, their defaults hold, and `notice` says so (issue 29: a user's SLICE_LOG_FILE made a
+// setuid-root program append to a root-owned file).
+ConfigResult parse_config(const Environment& env, bool secure = false);
+
+// Whether this process runs in secure-execution mode (getauxval(AT_SECURE)).
+bool secure_execution();
 
 }  // namespace slice

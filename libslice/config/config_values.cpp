@@ -65,11 +65,21 @@ ParseResult<std::string> parse_tenant_name(std::string_view text) {
   return R::accept(std::string(text));
 }
 
+namespace {
+// A control character in a path (a newline above all) would let a value write a line of its own
+// choosing wherever libslice writes or logs the path (issue 29).
+bool has_control_character(std::string_view text) {
+  return std::any_of(text.begin(), text.end(),
+                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+}
+}  // namespace
+
 ParseResult<std::string> parse_directory(std::string_view text) {
   using R = ParseResult<std::string>;
   if (text.empty()) return R::refuse("empty value");
   if (text.size() > kMaxPathLength) return R::refuse(too_long(kMaxPathLength));
   if (text.front() != '/') return R::refuse("must be an absolute path");
+  if (has_control_character(text)) return R::refuse("must not hold a control character (a newline, a tab)");
   return R::accept(std::string(text));
 }
 
@@ -77,6 +87,7 @@ ParseResult<std::string> parse_file(std::string_view text) {
   using R = ParseResult<std::string>;
   if (text.empty()) return R::refuse("empty value (for standard error, unset the variable)");
   if (text.size() > kMaxPathLength) return R::refuse(too_long(kMaxPathLength));
+  if (has_control_character(text)) return R::refuse("must not hold a control character (a newline, a tab)");
   return R::accept(std::string(text));
 }
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <spdlog/logger.h>
@@ -17,6 +18,7 @@
 
 #include "log_line_sink.h"
 #include "log_repeats.h"
+#include "printable.h"
 
 namespace slice::log {
 namespace {
@@ -105,12 +107,25 @@ void configure(LogLevel level, std::string_view file) {
   int fd = STDERR_FILENO;
   if (!file.empty() && level != LogLevel::off) {
     const std::string path(file);
-    // O_APPEND: each write(2) lands whole at the end, whichever process makes it.
-    fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    // O_APPEND: each write(2) lands whole at the end, whichever process makes it. Never through a
+    // link, and only a regular file (a FIFO would block, a device is not a log): a link planted
+    // where the log goes must not turn libslice's writes elsewhere (issue 29). O_NONBLOCK: the open
+    // of a FIFO returns; it is refused just below.
+    fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+    struct stat st {};
+    int open_errno = errno;
+    if (fd >= 0 && (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))) {
+      ::close(fd);
+      fd = -1;
+      open_errno = EINVAL;
+    }
+    if (fd >= 0) fcntl(fd, F_SETFL, O_WRONLY | O_APPEND);  // writes block as a log's should
     if (fd < 0) {
-      const int open_errno = errno;
       if (const int old = g_fd.exchange(STDERR_FILENO); old != STDERR_FILENO) ::close(old);
-      error("SLICE_LOG_FILE='" + path + "' cannot be opened (" + std::strerror(open_errno) +
+      error("SLICE_LOG_FILE='" + printable(path, 300) + "' cannot be opened (" +
+            (open_errno == EINVAL  ? std::string("not a regular file")
+             : open_errno == ELOOP ? std::string("a symbolic link")
+                                   : std::string(std::strerror(open_errno))) +
             "); logging to standard error");
       return;
     }

@@ -255,6 +255,39 @@ TEST(Config, CrashHandlerIsOffUnlessTurnedOn) {
             "SLICE_CRASH_HANDLER=1");
 }
 
+TEST(Config, PathsWithAControlCharacterAreRefused) {
+  // Issue 29: a newline in a folder or file name would write a line of the value's choosing
+  // wherever libslice writes or logs the path.
+  for (const char* name : {"SLICE_COORDINATOR_DIR", "SLICE_POLICY_DIR", "SLICE_LOG_FILE"}) {
+    const slice::ConfigResult r = parse_config({{name, "/tmp/x\n/etc/ld.so.preload"}});
+    ASSERT_FALSE(r) << name;
+    EXPECT_NE(r.error.message().find("must not hold a control character"), std::string::npos) << r.error.message();
+    EXPECT_EQ(r.error.message().find('\n'), std::string::npos) << "the error line itself stays one line";
+  }
+}
+
+TEST(Config, SecureExecutionLeavesOutWhereToCreateWriteOrTrust) {
+  // Issue 29: in a setuid, setgid or capability program the environment is the caller's.
+  const Environment env{{"SLICE_COORDINATOR_DIR", "/home/user/mine"},
+                        {"SLICE_POLICY_DIR", "/home/user/policy"},
+                        {"SLICE_LOG_FILE", "/etc/cron.d/x"},
+                        {"SLICE_MEMORY_LIMIT", "4Gi"}};
+  const slice::ConfigResult plain = parse_config(env);
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain.config->coordinator_dir, "/home/user/mine");
+  EXPECT_TRUE(plain.notice.empty());
+  const slice::ConfigResult secure = parse_config(env, true);
+  ASSERT_TRUE(secure);
+  EXPECT_EQ(secure.config->coordinator_dir, Config{}.coordinator_dir);
+  EXPECT_EQ(secure.config->policy_dir, Config{}.policy_dir);
+  EXPECT_EQ(secure.config->log_file, Config{}.log_file);
+  EXPECT_TRUE(secure.config->memory_limit.every_device.has_value()) << "the limits still hold";
+  EXPECT_EQ(secure.notice,
+            "secure execution (a setuid, setgid or capability program): SLICE_COORDINATOR_DIR, SLICE_LOG_FILE, "
+            "SLICE_POLICY_DIR ignored, the defaults hold");
+  EXPECT_FALSE(slice::secure_execution()) << "a test is no setuid program";
+}
+
 TEST(Environment, FromAnEnvironmentBlock) {
   const char* const envp[] = {"PATH=/bin",
                               "SLICE_MEMORY_LIMIT=4Gi",

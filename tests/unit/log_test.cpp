@@ -5,6 +5,7 @@
 #include "log.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -108,6 +109,34 @@ TEST(Log, AFileThatCannotBeOpenedFallsBackToStandardError) {
             std::string::npos)
       << lines[0];
   EXPECT_NE(lines[1].find("] warn: still here"), std::string::npos) << lines[1];
+}
+
+TEST(Log, AFileIsNeverOpenedThroughALinkNorAnythingButARegularFile) {
+  // Issue 29: a link planted where the log goes must not turn libslice's lines into another file.
+  const std::string target = scratch("target"), link = scratch("link.log"), fifo = scratch("fifo.log");
+  const std::string err = scratch("stderr-link");
+  { std::ofstream(target) << "precious\n"; }
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path : {link, fifo}) {
+    const int status = in_child([&] {
+      std::freopen(err.c_str(), "w", stderr);
+      log::configure(LogLevel::warn, path);
+      log::warn("still here");
+    });
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    const auto lines = lines_of(err);
+    ASSERT_EQ(lines.size(), 2u) << path;
+    // A FIFO without a reader is refused by the open itself (ENXIO), one with a reader by the check.
+    EXPECT_NE(lines[0].find(path == link ? "cannot be opened (a symbolic link)" : "cannot be opened ("),
+              std::string::npos)
+        << lines[0];
+    EXPECT_NE(lines[1].find("] warn: still here"), std::string::npos) << lines[1];
+  }
+  EXPECT_EQ(lines_of(target), std::vector<std::string>{"precious"});
+  unlink(link.c_str());
+  unlink(fifo.c_str());
+  unlink(target.c_str());
 }
 
 TEST(Log, RepeatedLinesAreLimitedAndCountedAtExit) {
