@@ -57,14 +57,21 @@ OwnWork::OwnWork() noexcept {
   if (t_own_depth++ != 0) {  // nested: counted by the outermost
     return;
   }
+  // Held back at most as long as a fork waits for work in flight: this thread may hold a lock of
+  // the program's that a fork handler registered before libslice's (and so run after it) takes.
+  std::uint64_t deadline = 0;
   for (;;) {
     if (g_forking.load() != 0) {
       const KeepErrno keep;
-      futex_wait(&g_forking, 1, kWaitStepNs, false);
-      continue;
+      const std::uint64_t now = monotonic_ns();
+      if (deadline == 0) deadline = now + kForkWaitNs;
+      if (now < deadline) {
+        futex_wait(&g_forking, 1, std::min(deadline - now, kWaitStepNs), false);
+        continue;
+      }
     }
     g_in_flight.fetch_add(1);
-    if (g_forking.load() == 0) return;
+    if (g_forking.load() == 0 || (deadline != 0 && monotonic_ns() >= deadline)) return;
     // A fork began meanwhile: out of its way until it is done.
     g_in_flight.fetch_sub(1);
     futex_wake_all(&g_in_flight, false);

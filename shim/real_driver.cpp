@@ -6,14 +6,14 @@
 // export of its own through the dynamic linker reaches libslice's hook of it on the same thread
 // (which passes it straight to the real function: hook_frame.h). That thread finds its library
 // being opened by itself and looks the function up in the library as it stands (RTLD_NOLOAD: the
-// object is already in the process while its constructors run); other threads wait for the open.
+// object is already in the process while its constructors run); other threads open it themselves
+// rather than wait (while_opening).
 #include <dlfcn.h>
 #include <unistd.h>
 
 #include <atomic>
 
 #include "fork_guard.h"
-#include "futex.h"
 #include "keep_errno.h"
 #include "shim.h"
 
@@ -29,8 +29,8 @@ namespace {
 struct RealLibrary {
   constexpr RealLibrary(detail::RealFunctions& t, HookLibrary w, const char* s) : table(t), which(w), soname(s) {}
   enum : std::uint32_t { kClosed, kOpening, kOpen };
-  std::atomic<std::uint32_t> state{kClosed};  // a futex: threads wait for another's open
-  std::atomic<pid_t> opener{0};               // the thread opening it, while kOpening
+  std::atomic<std::uint32_t> state{kClosed};
+  std::atomic<pid_t> opener{0};  // the thread opening it, while kOpening
   void* handle = nullptr;
   detail::RealFunctions& table;  // filled for this library's hooks only
   HookLibrary which;
@@ -58,34 +58,36 @@ void open_library(RealLibrary& lib) {
   }
 }
 
-// The library once it is open (or found absent). The thread that opens it, re-entering from inside
-// the dlopen, gets nullptr: it is not open yet for that thread (see above).
+// The library once it is open (or found absent); nullptr while another call is opening it, which
+// then looks its function up itself (while_opening). Nobody waits for the opener: it may be blocked
+// on the loader's lock that the waiter holds (a constructor of another library calling CUDA), and a
+// child forked during the open would wait for a thread it does not have.
 RealLibrary* opened(RealLibrary& lib) {
   std::uint32_t state = lib.state.load(std::memory_order_acquire);
   if (state == RealLibrary::kOpen) return &lib;
+  if (state == RealLibrary::kClosed) install_fork_handlers();  // before the open a fork may interrupt
   if (state == RealLibrary::kClosed && lib.state.compare_exchange_strong(state, RealLibrary::kOpening)) {
     lib.opener.store(gettid(), std::memory_order_relaxed);
     open_library(lib);
     lib.opener.store(0, std::memory_order_relaxed);
     lib.state.store(RealLibrary::kOpen, std::memory_order_release);
-    futex_wake_all(&lib.state, false);
     return &lib;
   }
-  if (lib.opener.load(std::memory_order_relaxed) == gettid()) return nullptr;
-  const KeepErrno keep;
-  while (lib.state.load(std::memory_order_acquire) == RealLibrary::kOpening)
-    futex_wait(&lib.state, RealLibrary::kOpening, 10'000'000, false);
-  return &lib;
+  return state == RealLibrary::kOpen ? &lib : nullptr;
 }
 
-// A function of a library that this thread is opening (its constructors call in): looked up in the
-// library as it stands.
+// A function of a library that is being opened: looked up in it by this thread. The opener itself
+// (its constructors call in) finds it as it stands, already in the process (RTLD_NOLOAD). Any other
+// thread opens it itself: the loader serialises the two opens (and lets a thread that holds its lock
+// open again), so the function it gets is that of the library, whole. That reference is kept: the
+// library is never closed, and the function must outlive this call.
 void* while_opening(const RealLibrary& lib, const char* name) noexcept {
   const KeepErrno keep;
-  void* handle = dlopen(lib.soname, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+  const bool self = lib.opener.load(std::memory_order_relaxed) == gettid();
+  void* handle = dlopen(lib.soname, RTLD_NOW | RTLD_LOCAL | (self ? RTLD_NOLOAD : 0));
   const DlsymFn lookup = real_dlsym();
   void* fn = handle != nullptr && lookup != nullptr ? lookup(handle, name) : nullptr;
-  if (handle != nullptr) dlclose(handle);  // NOLOAD took a reference of its own
+  if (handle != nullptr && self) dlclose(handle);  // NOLOAD took a reference of its own
   return fn;
 }
 

@@ -21,7 +21,7 @@ add_custom_command(
 add_library(simgpu_cuda SHARED
   cuda_errors.cpp device_arena.cpp device_runner.cpp drv_array.cpp drv_capture.cpp drv_context.cpp drv_copy.cpp drv_device.cpp
   drv_graph_memory.cpp drv_ipc.cpp drv_launch.cpp drv_managed.cpp drv_memory.cpp drv_module.cpp drv_pool.cpp drv_procaddr.cpp drv_stream.cpp
-  drv_linker.cpp drv_thread.cpp drv_vmm.cpp executor.cpp export_stubs.cpp export_table.cpp ${_errors_inc})
+  drv_linker.cpp drv_thread.cpp drv_vmm.cpp executor.cpp export_stubs.cpp export_table.cpp load_time.cpp ${_errors_inc})
 target_include_directories(simgpu_cuda PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/generated)
 target_link_libraries(simgpu_cuda PRIVATE simgpu_common simgpu_image slice_procaddr Threads::Threads)
 set_target_properties(simgpu_cuda PROPERTIES
@@ -38,7 +38,7 @@ target_link_options(simgpu_cuda PRIVATE -Wl,--version-script=${CMAKE_CURRENT_SOU
                     -Wl,-Bsymbolic-functions -Wl,-z,nodelete)
 set_property(TARGET simgpu_cuda APPEND PROPERTY LINK_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/libcuda.map)
 
-add_library(simgpu_nvml SHARED nvml.cpp nvml_start.cpp nvml_thread.cpp nvml_unmodelled.cpp)
+add_library(simgpu_nvml SHARED load_time.cpp nvml.cpp nvml_start.cpp nvml_thread.cpp nvml_unmodelled.cpp)
 target_link_libraries(simgpu_nvml PRIVATE simgpu_common Threads::Threads)
 set_target_properties(simgpu_nvml PROPERTIES
   OUTPUT_NAME nvidia-ml SOVERSION 1
