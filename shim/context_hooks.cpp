@@ -83,7 +83,7 @@ CUresult create_context(CUcontext* pctx, CUdevice dev, RealCall call) {
         const CUresult rc = call();
         if (rc != CUDA_SUCCESS) return rc;
         if (!charge_context(s, look, device, reinterpret_cast<std::uint64_t>(*pctx), before, what)) {
-          SLICE_CALL_REAL(cuCtxDestroy_v2, *pctx);
+          SLICE_OWN_CALL(cuCtxDestroy_v2, *pctx);
           *pctx = nullptr;
           return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -140,7 +140,7 @@ SLICE_HOOK_BODY(CUresult, cuDevicePrimaryCtxRetain)(CUcontext* pctx, CUdevice de
         if (rc != CUDA_SUCCESS) return rc;
         const auto key = reinterpret_cast<std::uint64_t>(*pctx);
         if (!charge_context(s, look, device, key, before, "cuDevicePrimaryCtxRetain")) {
-          SLICE_CALL_REAL(cuDevicePrimaryCtxRelease_v2, dev);
+          SLICE_OWN_CALL(cuDevicePrimaryCtxRelease_v2, dev);
           *pctx = nullptr;
           return CUDA_ERROR_OUT_OF_MEMORY;
         }

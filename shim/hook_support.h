@@ -99,6 +99,14 @@ Ret pass_through(Fn fn, Args... args) {
 }
 #define SLICE_CALL_REAL(fn, ...) ::slice::shim::call_real(SLICE_REAL(fn) __VA_OPT__(, ) __VA_ARGS__)
 
+// libslice's own call of a real function inside a hook (undoing what it refused, a question of its
+// own): outside the frame's record, so the program still sees the errno its own call left.
+template <typename Fn, typename... Args>
+[[gnu::always_inline]] inline auto own_call(Fn fn, Args... args) -> decltype(fn(args...)) {
+  return fn != nullptr ? fn(args...) : absent_answer<decltype(fn(args...))>();
+}
+#define SLICE_OWN_CALL(fn, ...) ::slice::shim::own_call(SLICE_REAL(fn) __VA_OPT__(, ) __VA_ARGS__)
+
 // Charges `bytes` on `device`, runs `call`, and gives the charge back if the call failed.
 template <typename Call>
 CUresult charge_around(Session& s, int device, std::uint64_t bytes, const char* what, Call&& call) {

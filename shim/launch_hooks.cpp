@@ -28,8 +28,8 @@ SLICE_HOOK_BODY(CUresult, cuLaunchCooperativeKernelMultiDevice)
           if (captures_active() && stream_is_capturing(stream, false)) continue;
           CUcontext ctx = nullptr;
           CUdevice dev = 0;
-          if (call_real(SLICE_REAL(cuStreamGetCtx), stream, &ctx) != CUDA_SUCCESS ||
-              call_real(SLICE_REAL(cuStreamGetDevice), stream, &dev) != CUDA_SUCCESS)
+          if (SLICE_OWN_CALL(cuStreamGetCtx, stream, &ctx) != CUDA_SUCCESS ||
+              SLICE_OWN_CALL(cuStreamGetDevice, stream, &dev) != CUDA_SUCCESS)
             continue;
           tickets[i] = gate_enter_in(s, CurrentContext{reinterpret_cast<std::uint64_t>(ctx), s.index_of(dev)}, stream,
                                      stream == CU_STREAM_PER_THREAD);

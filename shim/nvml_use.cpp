@@ -93,8 +93,12 @@ std::optional<std::uint64_t> NvmlLook::process_memory(const std::string& uuid) {
   return list ? own_entry(*list) : std::nullopt;
 }
 
+namespace {
+constinit std::atomic<NvmlIdentity*> g_identity{nullptr};  // never destroyed: hooks run at exit
+}  // namespace
+
 NvmlIdentity& nvml_identity() noexcept {
-  static constinit std::atomic<NvmlIdentity*> identity{nullptr};  // never destroyed: hooks run at exit
+  std::atomic<NvmlIdentity*>& identity = g_identity;
   if (NvmlIdentity* known = identity.load(std::memory_order_acquire)) return *known;
   auto* made = new NvmlIdentity();
   NvmlIdentity* expected = nullptr;
@@ -116,7 +120,8 @@ std::uint64_t nvml_start_ns() noexcept { return g_start_ns.load(std::memory_orde
 void nvml_after_fork_in_child() noexcept {
   // A start under way on a thread that is not in the child never ends here.
   if (g_own.load() == kStarting) g_own.store(kUnavailable);
-  nvml_identity().reset();  // the child is another process, under another PID
+  // The child is another process, under another PID (none made here: nothing allocates in it).
+  if (NvmlIdentity* identity = g_identity.load()) identity->reset();
 }
 
 nvmlReturn_t application_nvml_init(NvmlInit which, unsigned int flags) noexcept {
@@ -142,7 +147,9 @@ nvmlReturn_t application_nvml_shutdown() noexcept {
   // One shutdown more than its inits (every init of the application's was counted here): NVML's
   // answer to a count of zero, without asking it. Passed on, it would take libslice's reference.
   if (!nvml_view_program_shutdown()) return NVML_ERROR_UNINITIALIZED;
-  return call_real(shutdown);
+  const nvmlReturn_t rc = call_real(shutdown);
+  if (rc != NVML_SUCCESS) nvml_view_program_init();  // NVML kept the reference: so does the count
+  return rc;
 }
 
 bool nvml_closed_to_program() noexcept { return nvml_view_closed(); }

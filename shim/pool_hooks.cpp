@@ -75,15 +75,15 @@ int device_of_pool(Session& s, CUmemoryPool pool, CUstream stream) {
 void refuse_overgrowth(Session& s, CUmemoryPool pool, int device, CUdeviceptr dptr, CUstream stream, bool ptsz,
                        std::uint64_t reserved_before, std::uint64_t bytes, const char* what) {
   if (ptsz)
-    SLICE_CALL_REAL(cuMemFreeAsync_ptsz, dptr, stream);
+    SLICE_OWN_CALL(cuMemFreeAsync_ptsz, dptr, stream);
   else
-    SLICE_CALL_REAL(cuMemFreeAsync, dptr, stream);
+    SLICE_OWN_CALL(cuMemFreeAsync, dptr, stream);
   if (!captures_active()) {
     if (ptsz)
-      SLICE_CALL_REAL(cuStreamSynchronize_ptsz, stream);
+      SLICE_OWN_CALL(cuStreamSynchronize_ptsz, stream);
     else
-      SLICE_CALL_REAL(cuStreamSynchronize, stream);
-    call_real(SLICE_REAL(cuMemPoolTrimTo), pool, static_cast<size_t>(reserved_before));
+      SLICE_OWN_CALL(cuStreamSynchronize, stream);
+    SLICE_OWN_CALL(cuMemPoolTrimTo, pool, static_cast<size_t>(reserved_before));
   }
   settle_pool(s, pool, device);
   log::warn("tenant '" + s.config.tenant + "' GPU " + std::to_string(device) + ": " + what + " of " +

@@ -76,8 +76,15 @@ void NvmlIdentity::observe_context(const std::vector<NvmlProcessEntry>& before,
   if (known_locked() || now.empty()) return;  // known, or nothing to learn from
   std::vector<std::uint32_t> both;
   std::set_intersection(candidates_.begin(), candidates_.end(), now.begin(), now.end(), std::back_inserter(both));
-  // The first observation, or one that contradicts the others (a process that left): start anew.
-  candidates_ = candidates_.empty() || both.empty() ? now : both;
+  // The first observation, or one that contradicts the others (a process that left, or this one's
+  // entry that did not grow while a neighbour's did): start anew. After a contradiction one of the
+  // two observations was wrong, and nothing tells which: a single candidate then counts only once
+  // another observation keeps it.
+  if (!candidates_.empty() && both.empty()) {
+    candidates_ = now;
+    return;
+  }
+  candidates_ = candidates_.empty() ? now : both;
   if (candidates_.size() == 1) pid_ = candidates_[0];
 }
 

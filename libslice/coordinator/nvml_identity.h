@@ -10,8 +10,9 @@
 //   3. otherwise (a container with its own /proc), learned: around each creation of a context of its
 //      own, the entries of NVML's list that grew are the candidates, and the candidates of successive
 //      observations are intersected; a single one left is this process. Until then its memory is
-//      not measured (slicectl status says so), and one context created while another process's
-//      grows at the same moment delays the answer to the next observation, never gives a wrong one.
+//      not measured (slicectl status says so). One context created while another process's grows
+//      at the same moment delays the answer to the next observation; after two observations that
+//      disagree, only two that agree decide.
 // Plain C++: the lists are NVML's answers, read by shim/nvml_use.cpp.
 #pragma once
 

@@ -35,14 +35,29 @@ TEST(NvmlIdentity, TwoThatGrewAtOnceAreNarrowedByTheNextContextNeverGuessed) {
   EXPECT_EQ(*id.pid(), 10u);
 }
 
-TEST(NvmlIdentity, NothingThatGrewTeachesNothingAndAContradictionStartsAnew) {
+TEST(NvmlIdentity, NothingThatGrewTeachesNothingAndAContradictionDecidesNothing) {
   NvmlIdentity id(kernel_cannot_tell);
   id.observe_context({{10, 5}}, {{10, 5}});  // a context of no memory: nothing to learn
   id.observe_context({}, {{10, 1}, {20, 1}});
   EXPECT_FALSE(id.pid().has_value());
-  id.observe_context({}, {{30, 1}});  // neither 10 nor 20 grew: the one that did is this process
+  // Neither 10 nor 20 grew this time: one of the two observations was wrong (this process's entry
+  // may not have grown while a neighbour's did), so 30 alone is no answer yet.
+  id.observe_context({}, {{30, 1}});
+  EXPECT_FALSE(id.pid().has_value()) << "decided on the observation that contradicted the others";
+  id.observe_context({{30, 1}}, {{30, 2}, {40, 1}});  // 30 again: now it is this process
   ASSERT_TRUE(id.pid().has_value());
   EXPECT_EQ(*id.pid(), 30u);
+}
+
+TEST(NvmlIdentity, ANeighbourThatGrewAloneAfterAContradictionIsNotTakenForThisProcess) {
+  NvmlIdentity id(kernel_cannot_tell);
+  id.observe_context({}, {{10, 1}, {20, 1}});                           // this process is 10; 20 started at once
+  id.observe_context({{10, 1}, {20, 1}}, {{10, 1}, {20, 1}, {50, 1}});  // its entry did not grow; 50 did
+  id.observe_context({{10, 1}}, {{10, 2}});                             // 10 grew alone
+  EXPECT_FALSE(id.pid().has_value() && *id.pid() == 50u) << "the neighbour 50 was taken for this process";
+  id.observe_context({{10, 2}}, {{10, 3}, {60, 1}});
+  ASSERT_TRUE(id.pid().has_value());
+  EXPECT_EQ(*id.pid(), 10u);
 }
 
 TEST(NvmlIdentity, AForkedChildForgetsIt) {
