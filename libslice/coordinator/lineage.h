@@ -14,7 +14,7 @@
 //   3. else, a tenant of its own, with a new name.
 // Unrelated programs started by one shell (or one script) share neither: the shell is no member.
 //
-// A marker is a symbolic link members/<pid namespace>.<pid>.<start time> -> <tenant>, made by the
+// A marker is a symbolic link members/<proc instance>.<pid>.<start time> -> <tenant>, made by the
 // process when it joins and removed when it leaves; the start time (in clock ticks since boot, from
 // /proc) tells a reused PID apart, so a marker left by a crash never names a live process. A marker
 // counts only if its owner is the process's own user (or root): another user cannot lead a
@@ -34,9 +34,10 @@
 
 namespace slice {
 
-// What names a process across PID reuse: its PID namespace (inode), PID there, and start time.
+// What names a process across PID reuse: the /proc that numbers it (the device of that file system:
+// one per PID namespace, as mounted), its PID there, and its start time.
 struct ProcessIdentity {
-  std::uint64_t pid_namespace = 0;
+  std::uint64_t proc_instance = 0;
   pid_t pid = 0;
   std::uint64_t start_ticks = 0;
   uid_t uid = 0;  // effective
@@ -45,8 +46,10 @@ struct ProcessIdentity {
   pid_t session = 0;
 };
 
-// As /proc says (the process as this process's PID namespace numbers it); nullopt when it is gone.
+// As this process's /proc says, in that /proc's numbering (which is not the process's own where
+// a PID namespace was made without a /proc of its own); nullopt when it is gone or cannot be read.
 std::optional<ProcessIdentity> identity_of(pid_t pid);
+std::optional<ProcessIdentity> own_identity();  // this process (never /proc/<getpid()>: another numbering)
 
 // The processes whose tenant a new member inherits, in the order they are asked (above): its
 // ancestors, nearest first, then its process group's and its session's leaders.
@@ -61,7 +64,7 @@ std::optional<std::string> inherited_tenant(const std::string& dir);  // of this
 bool mark_member(const std::string& dir, const std::string& tenant, std::string& error);
 void unmark_member(const std::string& dir);
 
-// Markers under `dir` whose process (in this process's PID namespace) is gone; removed by
+// Markers under `dir` whose process (numbered by this process's /proc) is gone; removed by
 // `slicectl gc`. Returns how many were removed.
 int remove_stale_markers(const std::string& dir);
 

@@ -7,11 +7,14 @@
 //                                            exits with its status. HOW:
 //     snapshot      execve with a copy of the environment taken at main, before any CUDA call
 //     before-cuda   CMD started before this process's first CUDA call; it goes on when told
+//     nondumpable   as snapshot, from a process that is not dumpable (prctl): other users and its
+//                   own user's processes may not read its /proc/<pid>/ns
 //     orphan        through `sh -c 'CMD &'`: the shell exits at once and CMD's parent is gone;
 //                   this process leads its process group, as a shell's job or a service does
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -83,13 +86,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc < 6 || std::strcmp(argv[1], "hold") != 0 || std::strcmp(argv[4], "--") != 0) {
-    std::fprintf(stderr, "usage: lineage_probe alloc MIB | hold MIB snapshot|before-cuda|orphan -- CMD...\n");
+    std::fprintf(stderr,
+                 "usage: lineage_probe alloc MIB | hold MIB snapshot|nondumpable|before-cuda|orphan -- CMD...\n");
     return 2;
   }
   const unsigned long long mib = std::strtoull(argv[2], nullptr, 10);
   const std::string how = argv[3];
   char** command = argv + 5;
   if (how == "orphan") setpgid(0, 0);  // a job of its own, as a shell starts it
+  if (how == "nondumpable") prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
   pid_t child = 0;
   std::string go_file;
   if (how == "before-cuda") {
@@ -107,7 +112,7 @@ int main(int argc, char** argv) {
     if (fd >= 0) ::close(fd);
     return wait_status(child);
   }
-  if (how == "snapshot") {
+  if (how == "snapshot" || how == "nondumpable") {
     std::vector<char*> envp;
     for (std::string& e : snapshot) envp.push_back(e.data());
     envp.push_back(nullptr);

@@ -7,10 +7,12 @@ started, asks for 1800 MiB: refused (the two share one budget), and it is in the
 Ways a child is started: with a copy of the environment taken at main (Go's os/exec); from Python
 with subprocess(env=dict(os.environ)); before the parent's first CUDA call; a grandchild through a
 shell; one whose parent (a shell) exited before it started CUDA; and under slice-run without
---tenant, which names the tenant before the program runs. And two unrelated programs started by one
-process that is no member must not share. This script is no member: it runs the trees. Last, a
+--tenant, which names the tenant before the program runs; in a PID namespace without a /proc of its
+own; through a parent that is not dumpable, as an unprivileged user. And two unrelated programs
+started by one process that is no member must not share. This script is no member: it runs the trees. Last, a
 member killed leaves its marker, and `slicectl gc` removes it."""
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -79,8 +81,48 @@ b = run([probe, "alloc", "1500"], "unrelated b")
 if not (a and b and a[0].endswith("ok") and b[0].endswith("ok") and tenant(a[0]) != tenant(b[0])):
     failures.append(f"two unrelated programs shared a budget: {a} {b}")
 
-# A member killed (no exit handler) leaves its marker; slicectl gc removes markers of gone processes.
+# A PID namespace made without a /proc of its own (`unshare --pid --fork`): the member in it is
+# named as that /proc numbers it. Named by its PID in its own namespace (1), it was the host's init,
+# whose descendants (every process) then all joined its tenant.
 members = os.path.join(os.environ["SLICE_COORDINATOR_DIR"], "members")
+if shutil.which("unshare") and subprocess.run(["unshare", "--pid", "--fork", "true"]).returncode == 0:
+    inside = subprocess.Popen(["unshare", "--pid", "--fork", probe, "hold", "512", "snapshot", "--", "/bin/sh", "-c",
+                               " ".join(child) + "; sleep 2"], env=env, stdout=subprocess.PIPE, text=True)
+    lines = [inside.stdout.readline().strip(), inside.stdout.readline().strip()]
+    print(f"pid namespace: {' | '.join(lines)}")
+    same_budget("pid namespace without its /proc", lines)
+    host_init = [m for m in os.listdir(members) if m.startswith(f"{os.stat('/proc/self').st_dev}.1.")]
+    if host_init:
+        failures.append(f"a member in a PID namespace was marked as the host's init: {host_init}")
+    outside = run([probe, "alloc", "1500"], "unrelated, beside the namespace")
+    if not (outside and outside[0].endswith("ok") and lines and tenant(outside[0]) != tenant(lines[0])):
+        failures.append(f"an unrelated program joined the tenant of a member in a PID namespace: {outside} {lines}")
+    inside.wait(timeout=30)
+else:
+    print("pid namespace: SKIP (unshare --pid is not allowed here)")
+
+# An ancestor that is not dumpable, run by an unprivileged user: its /proc/<pid>/ns is closed to
+# its own user's processes, and must not cut the line (a child that stopped there started a tenant
+# of its own). The user gets a coordinator and a simulated machine of their own.
+if shutil.which("setpriv") and os.geteuid() == 0:
+    tmp = os.environ["SLICE_TEST_TMPDIR"]
+    os.chmod(tmp, 0o711)
+    own = os.path.join(tmp, "nobody")
+    os.mkdir(own)
+    os.chmod(own, 0o1777)
+    as_nobody = dict(env, SLICE_COORDINATOR_DIR=own + "/coordinator", SIMGPU_STATE=own + "/simgpu-state",
+                     SIMGPU_VIOLATIONS=own + "/violations", SLICE_TEST_TMPDIR=own)
+    saved, env = env, as_nobody
+    same_budget("non-dumpable parent, another user",
+                run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", probe, "hold", "512", "nondumpable",
+                     "--", *child], "non-dumpable parent, another user"))
+    env = saved
+    if os.path.exists(own + "/violations") and os.path.getsize(own + "/violations"):
+        failures.append("the simulated driver saw illegal calls: " + open(own + "/violations").read())
+else:
+    print("non-dumpable parent: SKIP (needs root and setpriv)")
+
+# A member killed (no exit handler) leaves its marker; slicectl gc removes markers of gone processes.
 holder = subprocess.Popen([probe, "hold", "64", "snapshot", "--", "/bin/sleep", "30"], env=env,
                           stdout=subprocess.PIPE, text=True)
 holder.stdout.readline()  # "tenant ... holds 64": a member now
