@@ -3,7 +3,10 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <fcntl.h>
+#include <glob.h>
+#include <limits.h>
 #include <link.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,7 +25,7 @@ constexpr unsigned kMachine = EM_X86_64;
 #elif defined(__aarch64__)
 constexpr unsigned kMachine = EM_AARCH64;
 #endif
-constexpr int kMaxObjects = 64;  // a plugin's whole tree, with room to spare
+constexpr int kMaxObjects = 256;  // a plugin's whole tree, with room to spare
 constexpr std::size_t kMaxDynamic = 4096;
 
 bool names_driver(const std::string& needed) {
@@ -36,16 +39,21 @@ bool read_at(int fd, void* out, std::size_t size, std::uint64_t offset) {
 // What a library file says of its dependencies: DT_NEEDED, and where it asks the loader to look.
 struct Dynamic {
   std::vector<std::string> needed;
-  std::string runpath;  // DT_RUNPATH, else DT_RPATH
+  std::string runpath;     // DT_RUNPATH, else DT_RPATH
+  bool old_rpath = false;  // it is DT_RPATH: searched before LD_LIBRARY_PATH, not after
 };
 
 bool read_dynamic(const std::string& path, Dynamic& out) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO by a library's name must not block the program's dlopen; only a regular
+  // file is read.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return false;
   struct Closer {
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) return false;
   Elf64_Ehdr eh{};
   if (!read_at(fd, &eh, sizeof eh, 0) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
       eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != kMachine || eh.e_phentsize != sizeof(Elf64_Phdr) ||
@@ -83,10 +91,18 @@ bool read_dynamic(const std::string& path, Dynamic& out) {
       if (d.d_tag == DT_RUNPATH) out.runpath = string_at(d.d_un.d_val);
       if (d.d_tag == DT_RPATH) rpath = string_at(d.d_un.d_val);
     }
-    if (out.runpath.empty()) out.runpath = rpath;
+    if (out.runpath.empty() && !rpath.empty()) {
+      out.runpath = rpath;
+      out.old_rpath = true;
+    }
     return true;
   }
   return true;  // no dynamic section: needs nothing
+}
+
+std::string real_path(const std::string& path) {
+  char resolved[PATH_MAX];
+  return realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : path;
 }
 
 std::string folder_of(const std::string& path) {
@@ -133,10 +149,43 @@ std::string locate(const std::string& name, const std::vector<std::string>& dirs
   return "";
 }
 
-// The loader's own folders: LD_LIBRARY_PATH, the C library's (its multiarch folder), the defaults.
+// The folders of an ld.so.conf file (and of the files it includes), as ldconfig reads them into the
+// loader's cache: a library found only through the cache (/usr/local/cuda/lib64, say) is found here.
+void conf_folders(const std::string& file, std::vector<std::string>& out, int depth) {
+  if (depth > 4) return;
+  std::string text;
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return;
+  char buffer[4096];
+  for (ssize_t n; text.size() < (1u << 20) && (n = ::read(fd, buffer, sizeof buffer)) > 0;) text.append(buffer, n);
+  ::close(fd);
+  std::size_t at = 0;
+  while (at < text.size()) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    std::string line = text.substr(at, end - at);
+    at = end + 1;
+    line = line.substr(0, line.find('#'));
+    const auto b = line.find_first_not_of(" \t");
+    if (b == std::string::npos) continue;
+    line = line.substr(b, line.find_last_not_of(" \t") - b + 1);
+    if (line.rfind("include", 0) == 0 && line.size() > 7 && (line[7] == ' ' || line[7] == '\t')) {
+      std::string pattern = line.substr(line.find_first_not_of(" \t", 7));
+      if (!pattern.empty() && pattern[0] != '/') pattern = folder_of(file) + "/" + pattern;
+      glob_t g{};
+      if (glob(pattern.c_str(), 0, nullptr, &g) == 0)
+        for (std::size_t i = 0; i < g.gl_pathc; ++i) conf_folders(g.gl_pathv[i], out, depth + 1);
+      globfree(&g);
+    } else if (line[0] == '/') {
+      out.push_back(line);
+    }
+  }
+}
+
+// The loader's own folders after an object's: those of its cache (ld.so.conf), the C library's
+// (its multiarch folder), the defaults. LD_LIBRARY_PATH comes before them (search_folders).
 std::vector<std::string> system_folders() {
   std::vector<std::string> dirs;
-  if (const char* env = std::getenv("LD_LIBRARY_PATH")) split_into(env, ".", dirs);
+  conf_folders("/etc/ld.so.conf", dirs, 0);
   Dl_info info{};
   if (dladdr(reinterpret_cast<void*>(&::open), &info) != 0 && info.dli_fname != nullptr) {
     dirs.push_back(folder_of(info.dli_fname));
@@ -144,6 +193,29 @@ std::vector<std::string> system_folders() {
   }
   for (const char* d : {"/lib", "/usr/lib", "/lib64", "/usr/lib64"}) dirs.push_back(d);
   return dirs;
+}
+
+// Where the loader looks for what `object` needs, in its order: DT_RPATH, LD_LIBRARY_PATH,
+// DT_RUNPATH, then the system's folders.
+std::vector<std::string> search_folders(const Dynamic& object, const std::string& origin,
+                                        const std::vector<std::string>& system) {
+  std::vector<std::string> dirs, own;
+  split_into(object.runpath, origin, own);
+  if (object.old_rpath) dirs = own;
+  if (const char* env = std::getenv("LD_LIBRARY_PATH")) split_into(env, ".", dirs);
+  if (!object.old_rpath) dirs.insert(dirs.end(), own.begin(), own.end());
+  dirs.insert(dirs.end(), system.begin(), system.end());
+  return dirs;
+}
+
+// The file of the object that `address` lies in; the program's own through /proc (dladdr gives
+// its argv[0], which may be relative, or rewritten since).
+std::string file_of(const void* address) {
+  Dl_info info{};
+  struct link_map* map = nullptr;
+  if (address == nullptr || dladdr1(address, &info, reinterpret_cast<void**>(&map), RTLD_DL_LINKMAP) == 0) return "";
+  if (map != nullptr && (map->l_name == nullptr || map->l_name[0] == '\0')) return "/proc/self/exe";
+  return info.dli_fname != nullptr ? info.dli_fname : "";
 }
 
 }  // namespace
@@ -154,14 +226,12 @@ bool deepbind_reaches_driver(const char* file, const void* caller) noexcept {
   try {
     const std::vector<std::string> system = system_folders();
     // The caller's own RUNPATH/RPATH finds the file it names.
-    std::vector<std::string> first_dirs;
-    Dl_info info{};
-    if (caller != nullptr && dladdr(caller, &info) != 0 && info.dli_fname != nullptr) {
-      Dynamic caller_dynamic;
-      if (read_dynamic(info.dli_fname, caller_dynamic))
-        split_into(caller_dynamic.runpath, folder_of(info.dli_fname), first_dirs);
-    }
-    first_dirs.insert(first_dirs.end(), system.begin(), system.end());
+    Dynamic caller_dynamic;
+    const std::string caller_file = file_of(caller);
+    if (!caller_file.empty()) read_dynamic(caller_file, caller_dynamic);
+    const std::vector<std::string> first_dirs = search_folders(
+        caller_dynamic, caller_file == "/proc/self/exe" ? folder_of(real_path(caller_file)) : folder_of(caller_file),
+        system);
     const char* base = std::strrchr(file, '/');
     if (names_driver(base != nullptr ? base + 1 : file)) return true;
     std::vector<std::string> todo{locate(file, first_dirs)}, seen;
@@ -172,9 +242,7 @@ bool deepbind_reaches_driver(const char* file, const void* caller) noexcept {
       seen.push_back(path);
       Dynamic d;
       if (!read_dynamic(path, d)) continue;
-      std::vector<std::string> dirs;
-      split_into(d.runpath, folder_of(path), dirs);
-      dirs.insert(dirs.end(), system.begin(), system.end());
+      const std::vector<std::string> dirs = search_folders(d, folder_of(path), system);
       for (const std::string& needed : d.needed) {
         if (names_driver(needed)) return true;
         todo.push_back(locate(needed, dirs));
