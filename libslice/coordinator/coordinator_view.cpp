@@ -213,9 +213,8 @@ bool remove_tenant(const std::string& dir, const std::string& tenant, bool force
           " not yet reaped: add --force to remove it anyway (none of its processes is alive)";
   else if (!h->linked())
     why = "tenant '" + tenant + "' was removed meanwhile";
-  else if (unlink((dir + "/tenants/" + tenant).c_str()) != 0)
-    why = "cannot remove " + dir + "/tenants/" + tenant + ": " + std::strerror(errno) +
-          (errno == EPERM || errno == EACCES ? " (only root or the file's owner may remove it)" : "");
+  else
+    h->remove(why);  // in the folder it was opened in, and only while the name is still this file's
   h->unlock_init();
   if (why.empty()) return true;
   error = why;

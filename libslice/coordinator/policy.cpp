@@ -12,6 +12,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "coordinator_folder.h"
 #include "tenant_file.h"
 
 namespace slice {
@@ -40,23 +41,6 @@ bool policy_folder_trusted(const std::string& policy_dir, std::string& message) 
     if (stat(parent.c_str(), &st) != 0 || st.st_uid != 0 ||
         ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)) {
       message = parent + ", above " + policy_dir + ", is not root's (or is writable by others and not sticky)";
-      return false;
-    }
-  }
-  return true;
-}
-
-// The coordinator folder and its tenants/ folder: root's, and where others may write, sticky (so
-// nobody may rename or remove root's entries, the tenant files root made among them). A folder a
-// user made would let that user move root's files away, or point root's writes elsewhere with links.
-bool coordinator_trusted(const std::string& dir, std::string& message) {
-  for (const std::string& path : {dir, dir + "/tenants"}) {
-    struct stat st {};
-    if (lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
-        ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)) {
-      message = path +
-                " is not a folder that belongs to root (sticky where others may write): root's tenant "
-                "files there could be replaced; have root make the coordinator folder (slicectl prepare)";
       return false;
     }
   }
@@ -281,18 +265,10 @@ std::vector<std::string> policy_tenants(const std::string& policy_dir) {
 
 bool adopt_tenant_file(const std::string& dir, const std::string& tenant, std::optional<unsigned> group,
                        std::string& error) {
-  if (!prepare_coordinator_dir(dir, error) || !coordinator_trusted(dir, error)) return false;
-  auto file = TenantFileHandle::open(dir, tenant, TenantFileHandle::Mode::create, error);
-  if (!file) return false;
-  unsigned uid = 0, gid = 0;
-  if (!file->owner(uid, gid)) {
-    error = "cannot look at tenant file '" + tenant + "': " + std::strerror(errno);
-    return false;
-  }
   // With a group: group read-write, everyone else read (the tools). Without one, only root may
   // write: an existing file's group may be a shared one (users), whose every member would then
   // write this tenant's usage.
-  return file->set_owner(0, group.value_or(gid), group ? 0664 : 0644, error);
+  return prepare_coordinator_dir(dir, error) && TenantFileHandle::make_managed(dir, tenant, group, error);
 }
 
 bool managed_tenant_file_ok(const std::string& dir, const std::string& policy_dir, const std::string& tenant,
@@ -320,7 +296,7 @@ bool managed_tenant_file_ok(const std::string& dir, const std::string& policy_di
 bool prepare_machine(const std::string& dir, const std::string& policy_dir, std::vector<std::string>& done,
                      std::vector<std::string>& problems, std::string& error) {
   if (!prepare_coordinator_dir(dir, error)) return false;
-  if (!coordinator_trusted(dir, error)) {
+  if (!coordinator_fit_for_root(dir, error)) {
     struct stat st {};
     if (lstat(dir.c_str(), &st) == 0 && st.st_uid != 0)
       error = dir + " was made by user " + std::to_string(st.st_uid) +

@@ -3,10 +3,13 @@
 #include "lineage.h"
 
 #include "awake_bell.h"
+#include "coordinator_folder.h"
 #include "policy.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -14,6 +17,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstring>
+#include <vector>
 
 namespace slice {
 
@@ -28,7 +32,10 @@ bool ofd_lock(int fd, std::int64_t start, short type) {
   return fcntl(fd, F_OFD_SETLK, &fl) == 0;
 }
 
+// Whether another open file description holds a lock there. Without the lock file (another user's
+// tenant, whose lock file only its writers may open) nobody can tell: never treat a process as dead.
 bool locked_by_other(int fd, std::int64_t start, std::int64_t len) {
+  if (fd < 0) return true;
   struct flock fl {};
   fl.l_type = F_WRLCK;
   fl.l_whence = SEEK_SET;
@@ -47,6 +54,12 @@ bool make_dir(const std::string& path, mode_t mode, std::string& error) {
   // Opened without following links, then changed through the handle: a link swapped in by
   // someone else must never turn root's chmod (or anything after it) elsewhere.
   int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0 && errno == EACCES) {
+    error = "cannot enter " + path +
+            ": permission denied (the package opens the coordinator folder to root and the members of group "
+            "'libslice' only: have the administrator add this user to it, with usermod -aG libslice USER)";
+    return false;
+  }
   if (fd < 0) {
     error = path + " exists and is not a directory (" + std::strerror(errno) + ")";
     return false;
@@ -90,6 +103,49 @@ bool meters_unchanged(int fd, const TenantFile& copy) {
   return true;
 }
 
+// The lock file's mode for a tenant file: open to exactly its writers (its owner; a managed
+// tenant's group too), and to nobody who may only read the tenant file.
+mode_t lock_mode_for(const struct stat& tenant) { return (tenant.st_mode & S_IWGRP) != 0 ? 0660 : 0600; }
+
+bool lock_file_fits(const struct stat& lock, const struct stat& tenant) {
+  const mode_t want = lock_mode_for(tenant);
+  return S_ISREG(lock.st_mode) && lock.st_nlink == 1 && lock.st_uid == tenant.st_uid &&
+         (lock.st_mode & 07777) == want && ((want & S_IRWXG) == 0 || lock.st_gid == tenant.st_gid);
+}
+
+// Opens the tenant's lock file (locks/<name>) for a handle on `tenant`: for writing (made if this
+// process owns the tenant file and it is missing), or for looking at others' locks only. -1 (and a
+// reason in `error`) where it is missing, or is not the tenant's: then no lock is taken, and no
+// process is taken for dead.
+int open_lock_file(int locks_fd, const std::string& name, const struct stat& tenant, bool write, std::string& error) {
+  if (locks_fd < 0) {
+    error = "its coordinator folder has no locks/ folder";
+    return -1;
+  }
+  const bool mine = tenant.st_uid == geteuid();
+  int flags = (write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+  if (write && mine) flags |= O_CREAT;
+  const int fd = ::openat(locks_fd, name.c_str(), flags, 0600);
+  if (fd < 0) {
+    error = errno == ENOENT ? "its lock file is missing (a managed tenant's is made by root: run `slicectl prepare`)"
+                            : std::string("cannot open its lock file: ") + std::strerror(errno);
+    return -1;
+  }
+  struct stat st {};
+  // Ours to fix where only the mode (the umask) or the group differs.
+  if (write && mine && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == tenant.st_uid) {
+    if ((st.st_mode & 07777) != lock_mode_for(tenant)) (void)fchmod(fd, lock_mode_for(tenant));
+    if ((lock_mode_for(tenant) & S_IRWXG) != 0 && st.st_gid != tenant.st_gid) (void)fchown(fd, -1, tenant.st_gid);
+  }
+  if (fstat(fd, &st) != 0 || !lock_file_fits(st, tenant)) {
+    error = "its lock file (owner " + std::to_string(st.st_uid) + ", mode " + std::to_string(st.st_mode & 07777) +
+            ") is not the tenant's: another user may have made it; root's `slicectl gc` removes it";
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
 
 std::uint64_t monotonic_ns() {
@@ -125,7 +181,9 @@ bool prepare_coordinator_dir(const std::string& dir, std::string& error) {
       return false;
     }
   }
-  if (!make_dir(dir, 01777, error) || !make_dir(dir + "/tenants", 01777, error)) return false;
+  if (!make_dir(dir, 01777, error) || !make_dir(dir + "/" + kTenantsFolder, 01777, error) ||
+      !make_dir(dir + "/" + kLocksFolder, 01777, error))
+    return false;
   std::string no_bell, no_members;
   make_dir(dir + "/" + kAwakeFolder, 01777, no_bell);
   make_dir(dir + "/" + kMembersFolder, 01777, no_members);  // lineage.h; without it, no tenant is inherited
@@ -153,22 +211,20 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
     error = "'" + name + "' is not a tenant name (1-63 of A-Z a-z 0-9 . _ -, not starting with . or -)";
     return nullptr;
   }
-  const std::string path = dir + "/tenants/" + name;
+  const std::string path = dir + "/" + kTenantsFolder + "/" + name;
   const bool write = mode == Mode::read_write || mode == Mode::create;
+  const bool root = geteuid() == 0;
   // O_NONBLOCK: a FIFO planted in place of a tenant file would block a reader's open forever; on
   // a regular file it changes nothing, and anything else is refused just below.
   int flags = (write ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
   if (mode == Mode::create) flags |= O_CREAT;
-  // One name at a time, none followed if it is a link: a tenants/ folder swapped for a link between
-  // a check and this open must never send root's writes into another folder.
-  int fd = -1;
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  const int tenants_fd = dir_fd < 0 ? -1 : ::openat(dir_fd, "tenants", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (tenants_fd >= 0) fd = ::openat(tenants_fd, name.c_str(), flags, 0644);
-  const int open_errno = errno;
-  if (tenants_fd >= 0) close(tenants_fd);
-  if (dir_fd >= 0) close(dir_fd);
-  errno = open_errno;
+  // The folders are opened once, none followed if it is a link, and everything after happens in
+  // them: a tenants/ folder swapped for a link meanwhile must never send root's writes (or its
+  // removal of the file: slicectl rm) into another folder. Root writes only in a folder that is
+  // root's and sticky, where nobody else can replace or move what it opened.
+  CoordinatorFolder folder;
+  if (!folder.open(dir, error) || (root && write && !folder.fit_for_root(error))) return nullptr;
+  const int fd = ::openat(folder.tenants(), name.c_str(), flags, 0644);
   if (fd < 0) {
     if (errno == EACCES && write)
       error = "tenant '" + name + "' belongs to another user (" + path + " is not writable)";
@@ -180,15 +236,44 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
   h->fd_ = fd;
   h->writable_ = write;
   h->name_ = name;
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    error = path + " is not a regular file";
+    return nullptr;
+  }
+  // Whose limits and records a process lives by: its own user's, or those of a tenant root
+  // manages (root's file, which its group may write). Another user's tenant file, even one left
+  // writable, is that user's to write: a name squatted before root's service (or another user's)
+  // started must not decide its limits, nor lock it out.
+  if (write && st.st_uid != geteuid() && st.st_uid != 0 && (mode == Mode::create || !root)) {
+    error = root ? "tenant '" + name + "' was made by user " + std::to_string(st.st_uid) +
+                       ", and root's processes never join a tenant another user made (that user writes its "
+                       "limits and records): remove it (`slicectl rm " +
+                       name + "` as root) or choose another name"
+                 : "tenant '" + name + "' belongs to user " + std::to_string(st.st_uid) +
+                       ": a process joins only its own user's tenants, or one root manages (slicectl set); "
+                       "choose another SLICE_TENANT";
+    return nullptr;
+  }
+  // Its lock file: taken for writing by the tenant's writers; looked at by readers who may.
+  std::string lock_problem;
+  h->lock_fd_ = open_lock_file(folder.locks(), name, st, write, lock_problem);
+  if (write && h->lock_fd_ < 0) {
+    error = "tenant '" + name + "': " + lock_problem;
+    return nullptr;
+  }
+  if (mode == Mode::read_write) {  // kept for a removal (slicectl rm) in the folders opened here
+    h->tenants_fd_ = folder.release_tenants();
+    h->locks_fd_ = folder.release_locks();
+  }
   bool locked = false;
   if (write && !(locked = h->lock_init(2'000'000'000ull))) {
     error = path + ": its initialisation lock was held for over 2 s";
     return nullptr;
   }
-  // Looked at under the lock: a process creating the file at the same time has finished.
-  struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    error = path + " is not a regular file";
+  // Looked at again under the lock: a process creating the file at the same time has finished.
+  if (fstat(fd, &st) != 0) {
+    error = "cannot look at " + path + ": " + std::strerror(errno);
     if (locked) h->unlock_init();
     return nullptr;
   }
@@ -288,36 +373,183 @@ TenantFileHandle::~TenantFileHandle() {
     ::operator delete (file_, std::align_val_t{alignof(TenantFile)});
   else if (file_)
     munmap(file_, sizeof(TenantFile));
-  if (fd_ >= 0) close(fd_);
+  for (int fd : {fd_, lock_fd_, tenants_fd_, locks_fd_})
+    if (fd >= 0) close(fd);
 }
 
-bool TenantFileHandle::try_lock_slot(int slot) const { return ofd_lock(fd_, kSlotLockBase + slot, F_WRLCK); }
-void TenantFileHandle::unlock_slot(int slot) const { ofd_lock(fd_, kSlotLockBase + slot, F_UNLCK); }
-bool TenantFileHandle::slot_held_by_other(int slot) const { return locked_by_other(fd_, kSlotLockBase + slot, 1); }
+bool TenantFileHandle::try_lock_slot(int slot) const { return ofd_lock(lock_fd_, kSlotLockBase + slot, F_WRLCK); }
+void TenantFileHandle::unlock_slot(int slot) const { ofd_lock(lock_fd_, kSlotLockBase + slot, F_UNLCK); }
+bool TenantFileHandle::slot_held_by_other(int slot) const { return locked_by_other(lock_fd_, kSlotLockBase + slot, 1); }
 void TenantFileHandle::forget_after_fork() {
-  // The mapping holds the open file description as much as the descriptor does, and with it this
-  // slot's lock: both must go, or the parent's death would stay unseen while the child lives.
+  // The lock file's descriptor holds the open file description that holds this slot's lock: it
+  // must go, or the parent's death would stay unseen while the child lives. The mapping goes too.
   if (file_ && !copied_) munmap(file_, sizeof(TenantFile));
-  if (fd_ >= 0) close(fd_);
+  for (int* fd : {&fd_, &lock_fd_, &tenants_fd_, &locks_fd_})
+    if (*fd >= 0) {
+      close(*fd);
+      *fd = -1;
+    }
   file_ = nullptr;
-  fd_ = -1;
 }
 
-bool TenantFileHandle::set_owner(unsigned uid, unsigned gid, unsigned mode, std::string& error) const {
-  if (fchown(fd_, uid, gid) != 0 || fchmod(fd_, mode) != 0) {
-    error = "cannot give tenant file '" + name_ + "' to " + std::to_string(uid) + ":" + std::to_string(gid) + ": " +
-            std::strerror(errno);
+bool TenantFileHandle::remove(std::string& error) const {
+  if (tenants_fd_ < 0 || !remove_if_same(tenants_fd_, name_, fd_)) {
+    error = "cannot remove tenant file '" + name_ +
+            "': " + (tenants_fd_ < 0 ? std::string("not opened for it") : std::string(std::strerror(errno))) +
+            (errno == EPERM || errno == EACCES ? " (only root or the file's owner may remove it)" : "");
     return false;
   }
+  if (locks_fd_ >= 0 && lock_fd_ >= 0) remove_if_same(locks_fd_, name_, lock_fd_);
   return true;
 }
 
-bool TenantFileHandle::owner(unsigned& uid, unsigned& gid) const {
-  struct stat st {};
-  if (fstat(fd_, &st) != 0) return false;
-  uid = st.st_uid;
-  gid = st.st_gid;
-  return true;
+namespace {
+
+// A name beside `name` that no tenant can have (a leading '.') and nobody guesses in advance.
+std::string temporary_name(const std::string& name) {
+  std::uint64_t random = 0;
+  if (getrandom(&random, sizeof random, 0) != static_cast<ssize_t>(sizeof random))
+    random = monotonic_ns() ^ static_cast<std::uint64_t>(getpid());
+  return ".new." + std::to_string(random) + "." + name;
+}
+
+// Writes a fresh file under a temporary name in `folder_fd`, made by `fill`, given to root:`gid`
+// with `mode`, then renames it over `name`. Nothing is written through the old name.
+template <typename Fill>
+bool replace_with_fresh(int folder_fd, const std::string& name, unsigned gid, mode_t mode, Fill fill,
+                        std::string& error) {
+  std::string temp;
+  int fd = -1;
+  for (int attempt = 0; fd < 0 && attempt < 8; ++attempt) {
+    temp = temporary_name(name);
+    fd = ::openat(folder_fd, temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  }
+  if (fd < 0) {
+    error = "cannot make a new file for '" + name + "': " + std::strerror(errno);
+    return false;
+  }
+  const bool ok = fill(fd, error) && fchown(fd, 0, gid) == 0 && fchmod(fd, mode) == 0 &&
+                  renameat(folder_fd, temp.c_str(), folder_fd, name.c_str()) == 0;
+  if (!ok) {
+    if (error.empty()) error = "cannot put a new file in place of '" + name + "': " + std::strerror(errno);
+    unlinkat(folder_fd, temp.c_str(), 0);
+  }
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace
+
+bool TenantFileHandle::make_managed(const std::string& dir, const std::string& name, std::optional<unsigned> group,
+                                    std::string& error) {
+  if (!valid_tenant_name(name)) {
+    error = "'" + name + "' is not a tenant name";
+    return false;
+  }
+  CoordinatorFolder folder;
+  if (!folder.open(dir, error) || !folder.fit_for_root(error)) return false;
+  if (folder.locks() < 0) {
+    error = dir + " has no " + kLocksFolder + "/ folder";
+    return false;
+  }
+  const unsigned gid = group.value_or(0);
+  const mode_t mode = group ? 0664 : 0644;
+  // What is there now, looked at without following a link; changed only by replacing it.
+  const int old_fd = ::openat(folder.tenants(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat old {};
+  if (old_fd >= 0 && fstat(old_fd, &old) == 0 && S_ISREG(old.st_mode)) {
+    const int old_lock = ::openat(folder.locks(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat lock {};
+    const bool lock_is_file = old_lock >= 0 && fstat(old_lock, &lock) == 0 && S_ISREG(lock.st_mode);
+    TenantHeader header{};
+    const bool valid = old.st_size == static_cast<off_t>(sizeof(TenantFile)) &&
+                       pread(old_fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header) &&
+                       header_valid(header, name);
+    const bool as_asked = valid && old.st_nlink == 1 && old.st_uid == 0 && old.st_gid == gid &&
+                          (old.st_mode & 07777) == mode && lock_is_file && lock_file_fits(lock, old);
+    // Root's alone so far (its own tenant's, or one managed without a group): nobody else can hold a
+    // descriptor to write it, so it is given to the group where it is, processes and all.
+    const bool roots_alone = valid && old.st_nlink == 1 && old.st_uid == 0 && (old.st_mode & 022) == 0 &&
+                             lock_is_file && lock.st_uid == 0 && lock.st_nlink == 1 && (lock.st_mode & 077) == 0;
+    bool given = false;
+    if (!as_asked && roots_alone)
+      given = fchown(old_lock, 0, gid) == 0 && fchmod(old_lock, group ? 0660 : 0600) == 0 &&
+              fchown(old_fd, 0, gid) == 0 && fchmod(old_fd, mode) == 0;
+    // Otherwise replaced; processes in the old file (their slot locks in its lock file) would go on
+    // counting there.
+    int live = 0;
+    std::string pids;
+    for (int slot = 0; lock_is_file && !as_asked && !given && slot < kMaxProcesses; ++slot) {
+      if (!locked_by_other(old_lock, kSlotLockBase + slot, 1)) continue;
+      std::int32_t pid = 0;
+      if (++live <= 8 && pread(old_fd, &pid, sizeof pid,
+                               static_cast<off_t>(offsetof(TenantFile, slots) + slot * sizeof(ProcessSlot) +
+                                                  offsetof(ProcessSlot, pid))) == static_cast<ssize_t>(sizeof pid))
+        pids += (pids.empty() ? "" : " ") + std::to_string(pid);
+    }
+    if (old_lock >= 0) ::close(old_lock);
+    ::close(old_fd);
+    if (as_asked || given) return true;
+    if (live > 0) {
+      error = "tenant '" + name + "' has " + std::to_string(live) + " live process" + (live == 1 ? "" : "es") +
+              " (PID " + pids + (live > 8 ? " ..." : "") + ") of user " + std::to_string(old.st_uid) +
+              ": its file is taken over only when none runs in it (they would go on counting in the old one, "
+              "and could still write it); stop them and try again";
+      return false;
+    }
+  } else if (old_fd >= 0) {
+    ::close(old_fd);
+  }
+  // The lock file first: a process that meets the new tenant file with the old lock file (or the
+  // reverse) finds them of different owners and stops, rather than lock one and count in the other.
+  const auto empty = [](int, std::string&) { return true; };
+  const auto tenant = [&](int fd, std::string& why) {
+    if (const int e = posix_fallocate(fd, 0, sizeof(TenantFile)); e != 0) {
+      why = "cannot size a new tenant file for '" + name + "': " + std::strerror(e);
+      return false;
+    }
+    void* p = mmap(nullptr, sizeof(TenantFile), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      why = "cannot map a new tenant file for '" + name + "': " + std::strerror(errno);
+      return false;
+    }
+    initialize(static_cast<TenantFile*>(p), name);
+    munmap(p, sizeof(TenantFile));
+    return true;
+  };
+  return replace_with_fresh(folder.locks(), name, gid, group ? 0660 : 0600, empty, error) &&
+         replace_with_fresh(folder.tenants(), name, gid, mode, tenant, error);
+}
+
+int remove_stray_lock_files(const std::string& dir) {
+  CoordinatorFolder folder;
+  std::string unusable;
+  if (!folder.open(dir, unusable) || folder.locks() < 0) return 0;
+  const int list_fd = ::dup(folder.locks());
+  DIR* d = list_fd >= 0 ? ::fdopendir(list_fd) : nullptr;
+  if (d == nullptr) {
+    if (list_fd >= 0) ::close(list_fd);
+    return 0;
+  }
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d))
+    if (valid_tenant_name(e->d_name)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  int removed = 0;
+  for (const std::string& name : names) {
+    const int lock = ::openat(folder.locks(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (lock < 0) continue;
+    struct stat lock_st {
+    }, tenant_st{};
+    const bool has_tenant = fstatat(folder.tenants(), name.c_str(), &tenant_st, AT_SYMLINK_NOFOLLOW) == 0;
+    // The tenant's own (its processes may hold locks in it) is kept; so is any lock file a live
+    // process still holds a lock in.
+    const bool stray = fstat(lock, &lock_st) == 0 && (!has_tenant || !lock_file_fits(lock_st, tenant_st)) &&
+                       !locked_by_other(lock, kInitLockByte, 1 + kMaxProcesses);
+    if (stray && remove_if_same(folder.locks(), name, lock)) ++removed;
+    ::close(lock);
+  }
+  return removed;
 }
 
 bool TenantFileHandle::linked() const {
@@ -325,18 +557,19 @@ bool TenantFileHandle::linked() const {
   return fstat(fd_, &st) == 0 && st.st_nlink > 0;
 }
 
-bool TenantFileHandle::any_live_slot() const { return locked_by_other(fd_, kSlotLockBase, kMaxProcesses); }
+bool TenantFileHandle::any_live_slot() const { return locked_by_other(lock_fd_, kSlotLockBase, kMaxProcesses); }
 
 bool TenantFileHandle::lock_init(std::uint64_t timeout_ns) const {
   // Held only for a few system calls by a live process, and dropped by the kernel when one dies.
   const std::uint64_t deadline = monotonic_ns() + timeout_ns;
-  while (!ofd_lock(fd_, kInitLockByte, F_WRLCK)) {
+  if (lock_fd_ < 0) return false;
+  while (!ofd_lock(lock_fd_, kInitLockByte, F_WRLCK)) {
     if (monotonic_ns() > deadline) return false;
     usleep(200);
   }
   return true;
 }
 
-void TenantFileHandle::unlock_init() const { ofd_lock(fd_, kInitLockByte, F_UNLCK); }
+void TenantFileHandle::unlock_init() const { ofd_lock(lock_fd_, kInitLockByte, F_UNLCK); }
 
 }  // namespace slice

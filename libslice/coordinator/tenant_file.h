@@ -3,17 +3,19 @@
 #pragma once
 
 #include <cstdint>
-#include <new>
 #include <memory>
+#include <new>
+#include <optional>
 #include <string>
 
 #include "coordinator_layout.h"
 
 namespace slice {
 
-// Creates SLICE_COORDINATOR_DIR and its tenants/ folder when missing (mode 1777, like /tmp: every
-// user may register a tenant, none may remove another's), and checks they are usable. The awake/
-// folder (awake_bell.h) is made too where it can be: without it, only the bell is missing.
+// Creates SLICE_COORDINATOR_DIR and its tenants/ and locks/ folders when missing (mode 1777, like
+// /tmp: every user may register a tenant, none may remove another's), and checks they are usable.
+// The awake/ and members/ folders are made too where they can be: without them, only the bell and
+// the lineage are missing.
 bool prepare_coordinator_dir(const std::string& dir, std::string& error);
 
 bool valid_tenant_name(const std::string& name);
@@ -48,10 +50,16 @@ class TenantFileHandle {
   bool any_live_slot() const;
   // False once the file was removed (`slicectl rm`) since it was opened.
   bool linked() const;
-  // Gives the file to `uid`:`gid` with `mode` (an administrator adopting the tenant).
-  bool set_owner(unsigned uid, unsigned gid, unsigned mode, std::string& error) const;
-  // The file's owner and group as it is now.
-  bool owner(unsigned& uid, unsigned& gid) const;
+  // Removes the file (and its lock file) from the folders this handle opened it in (Mode::read_write),
+  // only while the name is still this file's. The caller holds the registration lock.
+  bool remove(std::string& error) const;
+  // Makes <dir>/tenants/<name> a tenant that root manages: root's, writable by `group` where given
+  // (0664; else 0644), its lock file alike (0660; else 0600). A file that is not already so is made
+  // anew and renamed into place, never changed where it is: a former writer keeps a descriptor on
+  // the old file, not on this one (it could truncate it under the tenant's mappings). Refused while
+  // a process lives in the old one (it would keep counting there); as root only.
+  static bool make_managed(const std::string& dir, const std::string& name, std::optional<unsigned> group,
+                           std::string& error);
   // In a child made by fork: lets go of the parent's file (and so of its slot's lock).
   void forget_after_fork();
 
@@ -64,9 +72,16 @@ class TenantFileHandle {
   TenantFile* file_ = nullptr;
   bool copied_ = false;  // file_ is a heap copy (Mode::snapshot), not a mapping
   int fd_ = -1;
+  int lock_fd_ = -1;     // locks/<name>: the slots' and the registration's locks; -1 where not ours to open
+  int tenants_fd_ = -1;  // Mode::read_write: the folders it was opened in, for remove()
+  int locks_fd_ = -1;
   bool writable_ = false;
   std::string name_;
 };
+
+// Removes lock files under <dir>/locks that belong to no tenant, or are not their tenant's (made by
+// another user before it), and in which no process holds a lock (`slicectl gc`). How many.
+int remove_stray_lock_files(const std::string& dir);
 
 std::uint64_t monotonic_ns();
 // CLOCK_MONOTONIC_COARSE: the monotonic time of the kernel's last tick, read from the vDSO without

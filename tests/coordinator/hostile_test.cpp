@@ -294,18 +294,29 @@ TEST_F(Hostile, AHardLinkPlantedAsATenantFileIsNeverOpenedForWriting) {
   EXPECT_NE(error.find("other hard links"), std::string::npos) << error;
   std::printf("join: %s\n", error.c_str());
   error.clear();
-  EXPECT_FALSE(adopt_tenant_file(dir_, "victim", kUserA, error)) << "root adopted a hard link";
-  EXPECT_NE(error.find("other hard links"), std::string::npos) << error;
-  error.clear();
   EXPECT_EQ(reap_tenant(dir_, "victim", error), -1);
   EXPECT_NE(error.find("other hard links"), std::string::npos) << error;
   EXPECT_EQ(file_state(secret), before) << "the linked file was changed";
+  // Adoption never changes a file where it is: it puts a new one in the name's place, and the
+  // linked file loses that name and nothing else.
+  error.clear();
+  ASSERT_TRUE(adopt_tenant_file(dir_, "victim", kUserA, error)) << error;
+  FileState unlinked = before;
+  unlinked.links = 1;
+  EXPECT_EQ(file_state(secret), unlinked) << "the linked file was changed";
+  const FileState adopted = file_state(tenant_path("victim"));
+  EXPECT_EQ(adopted.uid, 0u);
+  EXPECT_EQ(adopted.links, 1u);
+  EXPECT_NE(adopted.content, before.content);
 
   // A symbolic link in its place is not followed either.
   ASSERT_EQ(symlink(secret.c_str(), tenant_path("sym").c_str()), 0) << std::strerror(errno);
   EXPECT_EQ(join("sym", MemoryLimit::of_bytes(GiB), {0}, nullptr, &error), nullptr) << "root joined a symbolic link";
-  EXPECT_FALSE(adopt_tenant_file(dir_, "sym", kUserA, error)) << "root adopted through a symbolic link";
-  EXPECT_EQ(file_state(secret), before) << "the linked file was changed";
+  ASSERT_TRUE(adopt_tenant_file(dir_, "sym", kUserA, error)) << error;
+  EXPECT_EQ(file_state(secret), unlinked) << "the linked file was changed";
+  struct stat st {};
+  ASSERT_EQ(lstat(tenant_path("sym").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISREG(st.st_mode)) << "the link is replaced by a tenant file of root's";
 }
 
 // ---- 3. a planted policy generation counter ----
@@ -510,11 +521,12 @@ TEST_F(Hostile, AdoptionWithoutAGroupLeavesTheFileWritableByRootAlone) {
   EXPECT_EQ(b.gid, static_cast<gid_t>(kUserA));
   EXPECT_EQ(b.mode, 0664u);
 
-  // Adopted again without a group: it keeps its group, which may no longer write it.
+  // Adopted again without a group: a new file of root's alone (the group's members may hold
+  // descriptors on the old one, which they could write or truncate).
   ASSERT_TRUE(adopt_tenant_file(dir_, "b", std::nullopt, error)) << error;
   b = file_state(tenant_path("b"));
   EXPECT_EQ(b.uid, 0u);
-  EXPECT_EQ(b.gid, static_cast<gid_t>(kUserA));
+  EXPECT_EQ(b.gid, 0u);
   EXPECT_EQ(b.mode, 0644u);
   if (users_) {
     Process& w = spawn_as(kUserA, "b", {}, {"join"});

@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "coordinator_view.h"
 #include "lineage.h"
+#include "tenant_file.h"
 #include "printable.h"
 #include "sigbus_guard.h"
 #include "status_model.h"
@@ -70,6 +71,9 @@ int run_gc(std::vector<std::string> argv) {
     // Only markers of this PID namespace can be told dead from here (a container's are its own).
     const int markers = slice::remove_stale_markers(dir);
     if (markers > 0) std::printf("%d marker%s of gone processes removed\n", markers, markers == 1 ? "" : "s");
+    // Lock files of no tenant, or another user's planted before the tenant's own (issue 29).
+    const int locks = slice::remove_stray_lock_files(dir);
+    if (locks > 0) std::printf("%d stray lock file%s removed\n", locks, locks == 1 ? "" : "s");
   }
   return rc;
 }
