@@ -197,15 +197,15 @@ struct Compute::Watch {
   };
   std::vector<Lane> lanes;
   SharePolicy policy;
-  Watch(const std::string& dir, const std::string& tenant, std::size_t n) : lanes(n) {
-    for (Lane& l : lanes) l.board = std::make_unique<ComputeBoard>(dir, tenant);
+  Watch(const std::string& dir, const std::string& tenant, const std::string& policy_dir, std::size_t n) : lanes(n) {
+    for (Lane& l : lanes) l.board = std::make_unique<ComputeBoard>(dir, tenant, policy_dir);
   }
 };
 
 Compute::Compute(Session& s)
     : session_(s),
       lanes_(new ComputeLane[std::max<std::size_t>(s.devices.size(), 1)]),
-      watch_(std::make_unique<Watch>(s.config.coordinator_dir, s.config.tenant,
+      watch_(std::make_unique<Watch>(s.config.coordinator_dir, s.config.tenant, s.config.policy_dir,
                                      std::max<std::size_t>(s.devices.size(), 1))) {
   for (std::size_t d = 0; d < std::max<std::size_t>(s.devices.size(), 1); ++d) lanes_[d].watcher = &signal_;
 }

@@ -1,5 +1,7 @@
 #include "compute_board.h"
 
+#include "policy.h"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -10,6 +12,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "coordinator_folder.h"
 #include "coordinator_layout.h"
 #include "tenant_file.h"
 
@@ -45,11 +48,27 @@ void load_entry(const DeviceEntry& e, std::uint64_t now_ns, TenantCompute& t) {
 
 }  // namespace
 
+TenantTrust trust_of(uid_t file_owner, mode_t file_mode, uid_t reader) {
+  if (file_owner == reader) return TenantTrust::believed;
+  if (file_owner == 0) return (file_mode & S_IWGRP) != 0 ? TenantTrust::managed_by_a_group : TenantTrust::believed;
+  return TenantTrust::stranger;
+}
+
+void apply_trust(TenantTrust trust, std::optional<Priority> policy_priority, TenantCompute& t) {
+  if (trust == TenantTrust::stranger) {
+    t.priority = Priority::low;
+  } else if (trust == TenantTrust::managed_by_a_group && t.priority == Priority::high &&
+             policy_priority != Priority::high) {
+    t.priority = Priority::normal;
+  }
+}
+
 // The buffers' storage comes from operator new, aligned for any fundamental type: enough for the
 // 8-byte atomics loaded from them.
-ComputeBoard::ComputeBoard(std::string dir, std::string self)
+ComputeBoard::ComputeBoard(std::string dir, std::string self, std::string policy_dir)
     : dir_(std::move(dir)),
       self_(std::move(self)),
+      policy_dir_(std::move(policy_dir)),
       tenants_folder_(dir_ + "/tenants"),
       awake_folder_(dir_ + "/" + kAwakeFolder) {
   start_buffer_.resize(kReadBytes);
@@ -132,11 +151,19 @@ void ComputeBoard::look(std::uint64_t now_ns) {
 }
 
 void ComputeBoard::rescan(std::uint64_t now_ns) {
-  const std::string folder = dir_ + "/tenants";
   scanned_ = true;
   scanned_ns_ = now_ns;
-  DIR* d = ::opendir(folder.c_str());
-  if (d == nullptr) return;
+  // The folder opened once, and listed and read through that descriptor: a tenants/ swapped for a
+  // link meanwhile sends no read elsewhere.
+  CoordinatorFolder folder;
+  std::string unusable;
+  if (!folder.open(dir_, unusable)) return;
+  const int list_fd = ::dup(folder.tenants());
+  DIR* d = list_fd >= 0 ? ::fdopendir(list_fd) : nullptr;
+  if (d == nullptr) {
+    if (list_fd >= 0) ::close(list_fd);
+    return;
+  }
   std::vector<std::pair<std::string, ino_t>> names;
   while (const dirent* e = ::readdir(d))
     if (e->d_name[0] != '.' && e->d_name != self_ && valid_tenant_name(e->d_name))
@@ -160,10 +187,10 @@ void ComputeBoard::rescan(std::uint64_t now_ns) {
   std::sort(kept_names.begin(), kept_names.end());
   for (const auto& [n, inode] : names) {
     if (std::binary_search(kept_names.begin(), kept_names.end(), n)) continue;
-    const int fd = ::open((folder + "/" + n).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    const int fd = ::openat(folder.tenants(), n.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) continue;
     struct stat opened {};
-    if (::fstat(fd, &opened) != 0) {
+    if (::fstat(fd, &opened) != 0 || !S_ISREG(opened.st_mode)) {
       ::close(fd);
       continue;
     }
@@ -171,9 +198,20 @@ void ComputeBoard::rescan(std::uint64_t now_ns) {
     f.name = n;
     f.fd = fd;
     f.inode = opened.st_ino;
+    f.trust = trust_of(opened.st_uid, opened.st_mode, geteuid());
     kept.push_back(std::move(f));
   }
   files_ = std::move(kept);
+  // A group's tenant may be given high priority by the administrator (slicectl set): looked up again
+  // at each rescan, at most once a second.
+  for (File& f : files_) {
+    if (f.trust != TenantTrust::managed_by_a_group) continue;
+    Policy policy;
+    std::string message;
+    f.policy_priority = !policy_dir_.empty() && read_policy(policy_dir_, f.name, policy, message) == PolicyStatus::ok
+                            ? policy.priority
+                            : std::nullopt;
+  }
   // Which files are read at each look, and which rest (longest resting first), as they were.
   working_.clear();
   resting_.clear();
@@ -277,6 +315,7 @@ bool ComputeBoard::read_full(File& f, const std::uint8_t uuid[16], std::uint64_t
     TenantCompute t;
     t.name = f.name;
     load_entry(e, now_ns, t);
+    apply_trust(f.trust, f.policy_priority, t);
     const off_t at = static_cast<off_t>(offsetof(TenantFile, history) + index * sizeof(ReceivedHistory));
     f.has_history =
         ::pread(f.fd, f.history.data(), sizeof(ReceivedHistory), at) == static_cast<ssize_t>(sizeof(ReceivedHistory));
@@ -300,6 +339,7 @@ bool ComputeBoard::read_entry(File& f, const std::uint8_t uuid[16], std::uint64_
       e->state.load() != 2 || std::memcmp(e->uuid, uuid, 16) != 0)
     return read_full(f, uuid, now_ns, window_ns);
   load_entry(*e, now_ns, f.last);
+  apply_trust(f.trust, f.policy_priority, f.last);
   // The window over the history kept from the full read, up to the entry's figure now.
   f.last.window_received_ns = f.has_history
                                   ? std::min(received_over(*reinterpret_cast<const ReceivedHistory*>(f.history.data()),

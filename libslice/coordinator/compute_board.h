@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,9 +51,21 @@ bool joined_within(const TenantCompute& t, std::uint64_t now_ns, std::uint64_t w
 // Records `cumulative_ns` as the sample of the step `now_ns` falls in, and of any steps missed.
 void record_history(ReceivedHistory& history, std::uint64_t cumulative_ns, std::uint64_t now_ns);
 
+// What a process believes of another tenant's file: everything its own user's tenants say (its
+// user can do anything to them anyway) and what root alone writes; of a tenant that root manages
+// and a group writes, a priority above normal only where the administrator's policy says so; and
+// of another user's tenant, nothing that could hold this one back: it counts as low (idle time
+// only). A user with no GPU could otherwise write a tenant that claims to be busy, behind its
+// share and of high priority, and starve every other tenant (issue 29).
+enum class TenantTrust { believed, managed_by_a_group, stranger };
+TenantTrust trust_of(uid_t file_owner, mode_t file_mode, uid_t reader);
+// `t` as far as `trust` lets it count; `policy_priority`: the administrator's, where one is set.
+void apply_trust(TenantTrust trust, std::optional<Priority> policy_priority, TenantCompute& t);
+
 class ComputeBoard {
  public:
-  ComputeBoard(std::string dir, std::string self);
+  // `policy_dir`: where the administrator's policies are (the priorities a group's tenant may have).
+  ComputeBoard(std::string dir, std::string self, std::string policy_dir = "");
   ~ComputeBoard();
   ComputeBoard(const ComputeBoard&) = delete;
   ComputeBoard& operator=(const ComputeBoard&) = delete;
@@ -90,9 +103,11 @@ class ComputeBoard {
     // Its history as of the last full read (aligned for the atomics loaded from it).
     alignas(ReceivedHistory) std::array<unsigned char, sizeof(ReceivedHistory)> history{};
     bool has_history = false;
-    TenantCompute last;                  // as of the last full read
-    std::uint64_t dormant_until_ns = 0;  // idle with nothing received lately: not read again before
-    void* page = nullptr;                // read-only mapping of the page at `page_offset` (turn_seq words)
+    TenantCompute last;                         // as of the last full read
+    std::uint64_t dormant_until_ns = 0;         // idle with nothing received lately: not read again before
+    TenantTrust trust = TenantTrust::stranger;  // from its owner and mode, when it was opened
+    std::optional<Priority> policy_priority;    // the administrator's, for a group's tenant (at each rescan)
+    void* page = nullptr;                       // read-only mapping of the page at `page_offset` (turn_seq words)
     off_t page_offset = -1;
   };
   static void unmap(File& f);
@@ -106,6 +121,7 @@ class ComputeBoard {
   std::vector<unsigned char> entry_buffer_;
   std::string dir_;
   std::string self_;
+  std::string policy_dir_;
   std::vector<File> files_;
   std::vector<std::size_t> working_;  // files read at every look (indices into files_)
   std::deque<std::size_t> resting_;   // files that rest (dormant_until_ns set), longest resting first

@@ -260,5 +260,35 @@ TEST_F(ComputeBoardTest, ABellsFolderNotSharedIsNotTrusted) {
   ASSERT_EQ(seen.size(), 1u) << "read again within 50 ms, as without a bell";
 }
 
+// What a process believes of another tenant (issue 29): its own user's and root's alone as written;
+// a group's tenant high only by the administrator's word; another user's never above low.
+TEST(TenantTrust, WhatAnotherTenantsFileCanClaim) {
+  const uid_t me = 1000;
+  EXPECT_EQ(trust_of(1000, 0644, me), TenantTrust::believed);
+  EXPECT_EQ(trust_of(0, 0644, me), TenantTrust::believed);
+  EXPECT_EQ(trust_of(0, 0664, me), TenantTrust::managed_by_a_group);
+  EXPECT_EQ(trust_of(1001, 0644, me), TenantTrust::stranger);
+  EXPECT_EQ(trust_of(1001, 0644, 0), TenantTrust::stranger) << "root believes no user's claims either";
+  struct Case {
+    TenantTrust trust;
+    std::optional<Priority> policy;
+    Priority claimed, believed;
+    const char* why;
+  };
+  const Case cases[] = {
+      {TenantTrust::believed, std::nullopt, Priority::high, Priority::high, "its own user's, or root's alone"},
+      {TenantTrust::managed_by_a_group, std::nullopt, Priority::high, Priority::normal, "a group's, no policy's"},
+      {TenantTrust::managed_by_a_group, Priority::high, Priority::high, Priority::high, "the administrator's"},
+      {TenantTrust::managed_by_a_group, Priority::high, Priority::low, Priority::low, "a tenant may ask less"},
+      {TenantTrust::stranger, std::nullopt, Priority::normal, Priority::low, "another user's"},
+  };
+  for (const Case& c : cases) {
+    TenantCompute t;
+    t.priority = c.claimed;
+    apply_trust(c.trust, c.policy, t);
+    EXPECT_EQ(t.priority, c.believed) << c.why;
+  }
+}
+
 }  // namespace
 }  // namespace slice::test

@@ -237,6 +237,37 @@ def case_set_live():
         b.stop()
 
 
+def case_forged_neighbour():
+    # Another local user, with no GPU, writes a tenant file of its own that claims to be busy, of high
+    # priority, at a 100% share, and to have received nothing (issue 29: it took a busy tenant from
+    # 3491 kernels to 9 in 3.5 s). Another user's tenant counts as low for these two: their shares
+    # hold beside it.
+    intruder = os.environ.get("COORDINATOR_INTRUDER")
+    if os.geteuid() != 0 or not intruder or subprocess.run(["setpriv", "--reuid=65534", "true"]).returncode != 0:
+        print("skip: needs root, setpriv and the intruder")
+        return
+    os.chmod(os.environ["SLICE_TEST_TMPDIR"], 0o711)  # the user reaches the coordinator folder, nothing else
+    a, b = Tenant("a", 1000, share=75), Tenant("b", 1000, share=25)
+    forger = None
+    try:
+        forger = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", intruder, "forge",
+                                   os.environ["SLICE_COORDINATOR_DIR"], "forged", a.tenant],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = forger.stdout.readline().strip()
+        check(line == "forging", f"the forger runs as another user ({line!r} {'' if line else forger.stderr.read()})")
+        time.sleep(1.5)
+        got = shares([a, b], 2.0)
+    finally:
+        if forger is not None:
+            forger.kill()
+            forger.wait()
+        a.stop()
+        b.stop()
+    print(f"75/25 beside a forged busy high-priority tenant of another user: a {got[0]:.3f}, b {got[1]:.3f}")
+    check(abs(got[0] - 0.75) <= 0.05, f"a received {got[0]:.3f} beside the forged tenant (0.75 +- 0.05)")
+    check(abs(got[1] - 0.25) <= 0.05, f"b received {got[1]:.3f} beside the forged tenant (0.25 +- 0.05)")
+
+
 ALL = {name[5:]: fn for name, fn in globals().items() if name.startswith("case_")}
 for case in CASES or ALL:
     ALL[case]()
