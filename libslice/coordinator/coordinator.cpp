@@ -125,6 +125,13 @@ std::unique_ptr<Coordinator> Coordinator::join(const JoinRequest& r, std::string
   // A managed tenant's process first: it must not make the coordinator folder its own before the
   // boot step (slicectl prepare) has made it root's.
   if (!managed_tenant_file_ok(r.dir, r.policy_dir, r.tenant, error)) return nullptr;
+  // An administrator's policy that cannot be read is a typo, never "no cap": the tenant's processes
+  // do not start until it is fixed (issue 29: it failed open).
+  if (Policy unused; read_policy(r.policy_dir, r.tenant, unused, error) == PolicyStatus::invalid) {
+    error = "the administrator's policy for tenant '" + r.tenant + "' cannot be used (" + error +
+            "): its processes do not start without the limits it sets; fix it, or rewrite it with slicectl set";
+    return nullptr;
+  }
   if (!prepare_coordinator_dir(r.dir, error)) return nullptr;
   c->tenant_ = TenantFileHandle::open(r.dir, r.tenant, TenantFileHandle::Mode::create, error);
   if (!c->tenant_) return nullptr;
@@ -252,7 +259,13 @@ void Coordinator::reread_policy() {
   const TenantFile& f = tenant_->file();
   Policy p;
   std::string message;
-  const bool have = read_policy(policy_dir_, tenant_->name(), p, message) == PolicyStatus::ok;
+  const PolicyStatus status = read_policy(policy_dir_, tenant_->name(), p, message);
+  if (status == PolicyStatus::invalid && policy_read_.load()) {
+    // Spoiled while the tenant runs: the limits last read stay in force until it is fixed.
+    policy_generation_.store(generation, std::memory_order_release);
+    return;
+  }
+  const bool have = status == PolicyStatus::ok;
   const std::uint32_t limit = have && p.compute_limit ? *p.compute_limit : f.header.registered.compute_limit;
   const Priority priority = have && p.priority ? *p.priority : priority_from_stored(f.header.registered.priority);
   compute_limit_.store(valid_percent(limit));

@@ -206,17 +206,26 @@ TEST_F(PolicyTest, WritingIntoAFolderATenantPlantedIsAnError) {
   EXPECT_FALSE(std::filesystem::exists(elsewhere + "/t"));
 }
 
-TEST_F(PolicyTest, InvalidPolicyFallsBackToTheRegisteredLimit) {
+// An administrator's typo never means "no cap" (issue 29: it did): a new process of the tenant
+// does not start, and says why; a running one keeps the limits last read.
+TEST_F(PolicyTest, AnInvalidPolicyFailsClosed) {
   if (!is_root()) GTEST_SKIP() << "a policy must be root-owned: needs root";
   set_policy("t", "memory_limit = 512Mi\n");
+  auto running = join("t", MemoryLimit::of_bytes(GiB));
+  ASSERT_NE(running, nullptr);
+  EXPECT_EQ(running->cap(0), 512 * MiB);
   write_file(policy_dir_ + "/t", "memory_limit = plenty\n");
   Policy p;
   std::string message;
   EXPECT_EQ(read_policy(policy_dir_, "t", p, message), PolicyStatus::invalid);
   EXPECT_NE(message.find("line 1"), std::string::npos) << message;
-  auto c = join("t", MemoryLimit::of_bytes(GiB));
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->cap(0), GiB);
+  std::string error;
+  EXPECT_EQ(join("t", MemoryLimit::of_bytes(GiB), {0}, nullptr, &error), nullptr)
+      << "a typo let a process run uncapped";
+  EXPECT_NE(error.find("line 1"), std::string::npos) << error;
+  EXPECT_NE(error.find(policy_dir_ + "/t"), std::string::npos) << error;
+  set_policy("another", "memory_limit = 1Gi\n");  // bumps the generation: every process reads again
+  EXPECT_EQ(running->cap(0), 512 * MiB) << "the running process lost its cap to a typo";
 }
 
 TEST_F(PolicyTest, ARunningProcessPicksUpAChange) {
