@@ -375,6 +375,18 @@ TEST_F(DevicePluginTest, RegistersAgainWhenTheKubeletRestarts) {
   EXPECT_EQ(first_list(*stub).size(), 8u);
 }
 
+// Whoever may connect to the socket may Allocate slices: only its owner (the kubelet is root),
+// whatever the umask the plugin was started with (issue 29: 0777 under umask 000).
+TEST_F(DevicePluginTest, TheSocketIsItsOwnersAloneWhateverTheUmask) {
+  const mode_t before = ::umask(0);
+  start_plugin();
+  ::umask(before);
+  struct stat st {};
+  ASSERT_EQ(stat(plugin_socket().c_str(), &st), 0);
+  EXPECT_TRUE(S_ISSOCK(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
 TEST_F(DevicePluginTest, SigtermRemovesTheSocketAndLeavesNothing) {
   start_plugin();
   ASSERT_TRUE(std::filesystem::exists(plugin_socket()));

@@ -1,10 +1,13 @@
 // slice-cdi-gen: writes a CDI spec of libslice slices for podman, containerd and CRI-O users
 // outside Kubernetes; also the spec's createRuntime hook (--prepare-coordinator DIR).
 #include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -163,15 +166,20 @@ int main(int argc, char** argv) {
   // Written beside and renamed, so that a runtime reading the folder never sees half a spec.
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(output).parent_path(), ec);
-  const std::string temporary = output + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << spec;
-    if (!out.flush()) {
-      std::fprintf(stderr, "slice-cdi-gen: cannot write %s\n", temporary.c_str());
-      return 1;
+  // A new file of a name nobody could have planted (mkstemp: O_EXCL, never through a link): a fixed
+  // OUTPUT.tmp could be a link to a file of root's, which root would overwrite.
+  std::string temporary = output + ".XXXXXX";
+  const int fd = mkstemp(temporary.data());
+  if (fd < 0 || fchmod(fd, 0644) != 0 || write(fd, spec.data(), spec.size()) != static_cast<ssize_t>(spec.size()) ||
+      fsync(fd) != 0) {
+    std::fprintf(stderr, "slice-cdi-gen: cannot write %s: %s\n", temporary.c_str(), std::strerror(errno));
+    if (fd >= 0) {
+      close(fd);
+      std::remove(temporary.c_str());
     }
+    return 1;
   }
+  close(fd);
   if (std::rename(temporary.c_str(), output.c_str()) != 0) {
     std::fprintf(stderr, "slice-cdi-gen: cannot rename %s to %s\n", temporary.c_str(), output.c_str());
     std::remove(temporary.c_str());

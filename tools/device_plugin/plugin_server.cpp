@@ -72,7 +72,11 @@ class ServedPlugin {
     grpc::ServerBuilder builder;
     builder.AddListeningPort("unix://" + path, grpc::InsecureServerCredentials());
     builder.RegisterService(&service_);
+    // The socket is made by bind(), with the umask's mode: 0777 under umask 000, and whoever may
+    // connect may Allocate slices. Only the kubelet (root) needs it.
+    const mode_t umask_before = ::umask(0177);  // 0600
     server_ = builder.BuildAndStart();
+    ::umask(umask_before);
     if (!server_) {
       constexpr std::size_t kLongestSocketPath = 107;  // sun_path holds 108 bytes with the NUL
       error = "cannot serve on " + path +
