@@ -76,7 +76,8 @@ for f in usr/bin/slice-run usr/bin/slicectl usr/bin/slice-vars usr/bin/slice-cdi
          usr/share/doc/libslice/copyright usr/share/doc/libslice/changelog.Debian.gz \
          usr/share/doc/libslice/README.md usr/share/doc/libslice/docs/install.md \
          usr/share/doc/libslice/examples/README.md usr/share/man/man1/slice-run.1.gz \
-         usr/lib/tmpfiles.d/libslice.conf usr/lib/systemd/system/libslice-prepare.service \
+         usr/lib/tmpfiles.d/libslice.conf usr/lib/sysusers.d/libslice.conf \
+         usr/lib/systemd/system/libslice-prepare.service \
          usr/lib/systemd/system/libslice-archive.timer; do
   [ -f "$root/$f" ]; check "installed: /$f" $?
 done
@@ -183,14 +184,22 @@ if [ -n "$plugin_deb" ]; then
   installed slice-device-plugin --help > "$tmp/plugin.out" 2>&1; check "slice-device-plugin --help" $?
 fi
 
-# The tmpfiles.d entry, applied to the extracted tree as its root (root only: it chowns to root).
-if [ "$(id -u)" = 0 ] && command -v systemd-tmpfiles >/dev/null; then
+# The sysusers.d and tmpfiles.d entries, applied to the extracted tree as its root (root only: they
+# chown), in the postinst's order: the group first.
+if [ "$(id -u)" = 0 ] && command -v systemd-tmpfiles >/dev/null && command -v systemd-sysusers >/dev/null; then
+  mkdir -p "$root/etc" && touch "$root/etc/passwd" "$root/etc/group"
+  systemd-sysusers --root="$root" "$root/usr/lib/sysusers.d/libslice.conf" > "$tmp/sysusers.log" 2>&1
+  rc=$?
+  grep -q '^libslice:' "$root/etc/group"; ok=$?
+  check "systemd-sysusers makes the group libslice (exit $rc)$(cat "$tmp/sysusers.log")" $((rc | ok))
   systemd-tmpfiles --create --root="$root" "$root/usr/lib/tmpfiles.d/libslice.conf" > "$tmp/tmpfiles.log" 2>&1
   rc=$?
   [ $rc = 0 ] && [ ! -s "$tmp/tmpfiles.log" ]; ok=$?
   check "systemd-tmpfiles applies the entry without a complaint (exit $rc)$(cat "$tmp/tmpfiles.log")" $ok
-  [ "$(stat -c %a:%U "$root/dev/shm/libslice" "$root/dev/shm/libslice/tenants" "$root/etc/libslice/policy" \
-       "$root/var/lib/libslice" 2>&1 | tr '\n' ' ')" = "1777:root 1777:root 755:root 755:root " ]
-  check "it makes the coordinator folder and tenants/ 1777, /etc/libslice/policy and /var/lib/libslice 755, root's" $?
+  gid=$(awk -F: '$1 == "libslice" { print $3 }' "$root/etc/group")  # the tree's group, not this machine's
+  [ -n "$gid" ] && [ "$(stat -c %a:%u:%g "$root/dev/shm/libslice" "$root/dev/shm/libslice/tenants" \
+       "$root/dev/shm/libslice/locks" "$root/etc/libslice/policy" "$root/var/lib/libslice" 2>&1 | tr '\n' ' ')" = \
+    "1770:0:$gid 1777:0:0 1777:0:0 755:0:0 755:0:0 " ]
+  check "it makes the coordinator folder 1770 root:libslice, tenants/ and locks/ 1777, the policy and archive folders 755" $?
 fi
 exit $fail
