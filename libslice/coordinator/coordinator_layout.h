@@ -5,14 +5,16 @@
 //                    process's user (or, for a tenant a policy manages, made by root at boot and
 //                    writable by the policy's group): its registered limits, its usage per device,
 //                    its process slots
+//   locks/<name>     its lock file: the registration lock and the slots' locks (coordinator_folder.h)
 //
 // Policies live apart, in SLICE_POLICY_DIR (persistent, root's; see policy.h): this folder is
 // volatile.
 //
 // Usage and limits live apart: a tenant's processes write only their own tenant file, so no tenant
 // can free another's usage, and a limit an administrator set lives where tenants cannot write.
-// Liveness of a process is an open-file-description lock on its slot's byte of the tenant file:
-// the kernel drops it when the process dies, in whatever PID namespace.
+// Liveness of a process is an open-file-description lock on its slot's byte of the tenant's lock
+// file (locks/<name>, open only to the tenant's writers): the kernel drops it when the process dies,
+// in whatever PID namespace.
 #pragma once
 
 #include <atomic>
@@ -25,8 +27,9 @@ namespace slice {
 
 constexpr std::uint32_t kTenantMagic = 0x544c4353;  // "SCLT"
 // 2: IPC exports, compute; 3: usage records; 4: 4096 IPC exports, withdrawn at free; overhead;
-// 5: DeviceEntry::turn_seq
-constexpr std::uint32_t kTenantVersion = 5;
+// 5: DeviceEntry::turn_seq; 6: the slot and registration locks in the lock file (locks/<tenant>),
+// not in the tenant file: two versions that looked for them in different files must not share one
+constexpr std::uint32_t kTenantVersion = 6;
 constexpr int kMaxDevices = 16;      // distinct GPUs (by UUID) a tenant can use
 constexpr int kMaxProcesses = 1024;  // process slots per tenant
 constexpr int kMaxTenants = 256;     // the scale the tests hold one GPU to (scale_test); not a limit

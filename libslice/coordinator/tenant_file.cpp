@@ -296,8 +296,12 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
                            pread(fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
   bool valid = st.st_size == static_cast<off_t>(sizeof(TenantFile)) && header_read && header_valid(header, name);
   const bool fresh = !valid;
+  // Before version 6 the slot locks were taken in the tenant file itself: processes of an older
+  // libslice still running in it hold them there, and its file must not be rebuilt under them.
+  const bool older_live = header_read && header.magic == kTenantMagic && header.version < 6 &&
+                          locked_by_other(fd, kSlotLockBase, kMaxProcesses);
   if (fresh) {
-    if (mode != Mode::create || (st.st_size != 0 && h->any_live_slot())) {
+    if (mode != Mode::create || (st.st_size != 0 && (older_live || h->any_live_slot()))) {
       if (st.st_size == 0)
         error = path + " is empty";
       else if (header.magic == kTenantMagic && header.version != kTenantVersion)

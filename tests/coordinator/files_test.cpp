@@ -181,6 +181,29 @@ TEST_F(TenantFiles, ALiveTenantsBrokenFileIsRefusedNotRebuilt) {
   expect_rebuilt("t");
 }
 
+// Up to version 5 a process held its slot's lock in the tenant file itself (now in its lock file):
+// processes of such a libslice, still running after an upgrade, are seen there, and their file is
+// not rebuilt under them.
+TEST_F(TenantFiles, AnOlderVersionsFileIsNotRebuiltUnderItsProcesses) {
+  ASSERT_NE(join("t", MemoryLimit::of_bytes(GiB)), nullptr);  // made, and left
+  const std::uint32_t five = 5;
+  write_bytes("t", &five, 4, offsetof(TenantHeader, version));
+  const int fd = ::open(tenant_path("t").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = kSlotLockBase + 3;  // an older process's slot
+  fl.l_len = 1;
+  ASSERT_EQ(fcntl(fd, F_OFD_SETLK, &fl), 0);
+  std::string error;
+  EXPECT_EQ(join("t", MemoryLimit::of_bytes(GiB), {0}, nullptr, &error), nullptr) << "rebuilt under a running process";
+  EXPECT_NE(error.find("its processes still run"), std::string::npos) << error;
+  ::close(fd);  // that process is gone: rebuilt
+  auto c = join("t", MemoryLimit::of_bytes(GiB), {0}, nullptr, &error);
+  EXPECT_NE(c, nullptr) << error;
+}
+
 TEST_F(TenantFiles, GarbageInALiveFilesSlotsAndDevicesNeverCrashesReaders) {
   Process& holder = spawn_worker("t", {"--memory", "1Gi"}, {"hold", "1Mi"});
   ASSERT_EQ(holder.read_line(), "ready");
