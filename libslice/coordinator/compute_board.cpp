@@ -54,12 +54,17 @@ TenantTrust trust_of(uid_t file_owner, mode_t file_mode, uid_t reader) {
   return TenantTrust::stranger;
 }
 
-void apply_trust(TenantTrust trust, std::optional<Priority> policy_priority, TenantCompute& t) {
+void apply_trust(TenantTrust trust, const PolicyCompute& policy, TenantCompute& t) {
   if (trust == TenantTrust::stranger) {
     t.priority = Priority::low;
-  } else if (trust == TenantTrust::managed_by_a_group && t.priority == Priority::high &&
-             policy_priority != Priority::high) {
-    t.priority = Priority::normal;
+    t.active = false;
+    t.wanting = false;
+  } else if (trust == TenantTrust::managed_by_a_group) {
+    const auto rank = [](Priority p) { return p == Priority::high ? 2 : p == Priority::normal ? 1 : 0; };
+    const Priority most = policy.priority.value_or(Priority::normal);
+    if (rank(t.priority) > rank(most)) t.priority = most;
+    if (policy.share) t.share = std::min(t.share, *policy.share);
+    if (policy.limit) t.limit = std::min(t.limit, *policy.limit);
   }
 }
 
@@ -198,19 +203,25 @@ void ComputeBoard::rescan(std::uint64_t now_ns) {
     f.name = n;
     f.fd = fd;
     f.inode = opened.st_ino;
-    f.trust = trust_of(opened.st_uid, opened.st_mode, geteuid());
     kept.push_back(std::move(f));
   }
   files_ = std::move(kept);
-  // A group's tenant may be given high priority by the administrator (slicectl set): looked up again
-  // at each rescan, at most once a second.
+  // Whose each file is, looked at again (an adoption gives a file its group where it is), and what
+  // the administrator sets for a group's tenant: its policy, read at most once a second (anyone may
+  // change the listing a hundred times a second).
+  const bool read_policies = now_ns >= policies_read_ns_ + kRescanNs;
+  if (read_policies) policies_read_ns_ = now_ns;
   for (File& f : files_) {
-    if (f.trust != TenantTrust::managed_by_a_group) continue;
-    Policy policy;
-    std::string message;
-    f.policy_priority = !policy_dir_.empty() && read_policy(policy_dir_, f.name, policy, message) == PolicyStatus::ok
-                            ? policy.priority
-                            : std::nullopt;
+    struct stat st {};
+    f.trust = ::fstat(f.fd, &st) == 0 ? trust_of(st.st_uid, st.st_mode, geteuid()) : TenantTrust::stranger;
+    if (f.trust != TenantTrust::managed_by_a_group) {
+      f.policy = {};
+    } else if (read_policies) {
+      Policy policy;
+      std::string message;
+      const bool have = !policy_dir_.empty() && read_policy(policy_dir_, f.name, policy, message) == PolicyStatus::ok;
+      f.policy = have ? PolicyCompute{policy.priority, policy.compute_share, policy.compute_limit} : PolicyCompute{};
+    }
   }
   // Which files are read at each look, and which rest (longest resting first), as they were.
   working_.clear();
@@ -315,7 +326,7 @@ bool ComputeBoard::read_full(File& f, const std::uint8_t uuid[16], std::uint64_t
     TenantCompute t;
     t.name = f.name;
     load_entry(e, now_ns, t);
-    apply_trust(f.trust, f.policy_priority, t);
+    apply_trust(f.trust, f.policy, t);
     const off_t at = static_cast<off_t>(offsetof(TenantFile, history) + index * sizeof(ReceivedHistory));
     f.has_history =
         ::pread(f.fd, f.history.data(), sizeof(ReceivedHistory), at) == static_cast<ssize_t>(sizeof(ReceivedHistory));
@@ -339,7 +350,7 @@ bool ComputeBoard::read_entry(File& f, const std::uint8_t uuid[16], std::uint64_
       e->state.load() != 2 || std::memcmp(e->uuid, uuid, 16) != 0)
     return read_full(f, uuid, now_ns, window_ns);
   load_entry(*e, now_ns, f.last);
-  apply_trust(f.trust, f.policy_priority, f.last);
+  apply_trust(f.trust, f.policy, f.last);
   // The window over the history kept from the full read, up to the entry's figure now.
   f.last.window_received_ns = f.has_history
                                   ? std::min(received_over(*reinterpret_cast<const ReceivedHistory*>(f.history.data()),

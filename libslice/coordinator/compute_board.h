@@ -59,8 +59,15 @@ void record_history(ReceivedHistory& history, std::uint64_t cumulative_ns, std::
 // share and of high priority, and starve every other tenant (issue 29).
 enum class TenantTrust { believed, managed_by_a_group, stranger };
 TenantTrust trust_of(uid_t file_owner, mode_t file_mode, uid_t reader);
-// `t` as far as `trust` lets it count; `policy_priority`: the administrator's, where one is set.
-void apply_trust(TenantTrust trust, std::optional<Priority> policy_priority, TenantCompute& t);
+// What the administrator's policy sets for a group's tenant (each where set).
+struct PolicyCompute {
+  std::optional<Priority> priority;
+  std::optional<std::uint32_t> share, limit;
+};
+// `t` as far as `trust` lets it count. A group's tenant: the policy's priority where it sets one,
+// else at most normal; its share and limit at most the policy's. Another user's tenant: low, and
+// never with work on the device or waiting for it (it holds back nobody, not even a low tenant).
+void apply_trust(TenantTrust trust, const PolicyCompute& policy, TenantCompute& t);
 
 class ComputeBoard {
  public:
@@ -105,8 +112,8 @@ class ComputeBoard {
     bool has_history = false;
     TenantCompute last;                         // as of the last full read
     std::uint64_t dormant_until_ns = 0;         // idle with nothing received lately: not read again before
-    TenantTrust trust = TenantTrust::stranger;  // from its owner and mode, when it was opened
-    std::optional<Priority> policy_priority;    // the administrator's, for a group's tenant (at each rescan)
+    TenantTrust trust = TenantTrust::stranger;  // from its owner and mode (at each rescan)
+    PolicyCompute policy;                       // the administrator's, for a group's tenant
     void* page = nullptr;                       // read-only mapping of the page at `page_offset` (turn_seq words)
     off_t page_offset = -1;
   };
@@ -126,6 +133,7 @@ class ComputeBoard {
   std::vector<std::size_t> working_;  // files read at every look (indices into files_)
   std::deque<std::size_t> resting_;   // files that rest (dormant_until_ns set), longest resting first
   std::uint64_t scanned_ns_ = 0;
+  std::uint64_t policies_read_ns_ = 0;  // the groups' tenants' policies, read at most once a second
   bool scanned_ = false;
   std::uint64_t looked_ns_ = 0;  // when the folders were last looked at
   FolderChanges tenants_folder_;

@@ -83,6 +83,28 @@ bool CoordinatorFolder::fit_for_root(std::string& error) const {
   return true;
 }
 
+bool CoordinatorFolder::fit_for_users(std::string& error) const {
+  struct stat top {};
+  if (fstat(dir_, &top) != 0) {
+    error = "cannot look at " + path_ + ": " + std::strerror(errno);
+    return false;
+  }
+  const std::pair<int, std::string> folders[] = {{tenants_, path_ + "/" + kTenantsFolder},
+                                                 {locks_, path_ + "/" + kLocksFolder}};
+  for (const auto& [fd, name] : folders) {
+    struct stat st {};
+    if (fd < 0) continue;
+    if (fstat(fd, &st) != 0 || !S_ISDIR(st.st_mode) || (st.st_uid != 0 && st.st_uid != top.st_uid) ||
+        ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)) {
+      error = name + " belongs to user " + std::to_string(st.st_uid) +
+              " (or is not sticky), who may remove or replace anyone's files in it: have root make it "
+              "(slicectl prepare)";
+      return false;
+    }
+  }
+  return true;
+}
+
 int CoordinatorFolder::release_tenants() { return std::exchange(tenants_, -1); }
 int CoordinatorFolder::release_locks() { return std::exchange(locks_, -1); }
 

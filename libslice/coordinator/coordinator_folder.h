@@ -29,6 +29,9 @@ class CoordinatorFolder {
   // Whether root may use it: the folder, tenants/ and locks/ belong to root and, where others may
   // write, are sticky. Anything else lets a user replace, move or link what root reads and writes.
   bool fit_for_root(std::string& error) const;
+  // Whether a user may use it: tenants/ and locks/ belong to root or to the folder's owner and, where
+  // others may write, are sticky. Another user's would let them remove or replace anyone's files.
+  bool fit_for_users(std::string& error) const;
 
   int dir() const { return dir_; }
   int tenants() const { return tenants_; }

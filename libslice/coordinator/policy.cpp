@@ -127,8 +127,19 @@ PolicyStatus read_policy(const std::string& policy_dir, const std::string& tenan
   if (policy_dir.empty() || !valid_tenant_name(tenant)) return PolicyStatus::none;
   const std::string path = policy_dir + "/" + tenant;
   struct stat fst {};
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return PolicyStatus::none;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) {
+    // Only a policy that is not there means none: one that cannot be read is the administrator's
+    // word unread, never "no cap" (a root-only policy, a process out of descriptors).
+    const int open_errno = errno;
+    if (open_errno == ENOENT || open_errno == ENOTDIR) return PolicyStatus::none;
+    if (open_errno == ELOOP) {
+      message = path + " is ignored: a policy is never a link";
+      return PolicyStatus::untrusted;
+    }
+    message = path + " cannot be read: " + std::strerror(open_errno);
+    return PolicyStatus::invalid;
+  }
   if (!policy_folder_trusted(policy_dir, message)) {
     close(fd);
     message = path + " is ignored: " + message;
@@ -141,8 +152,14 @@ PolicyStatus read_policy(const std::string& policy_dir, const std::string& tenan
   }
   std::string text;
   char buf[4096];
-  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0 && text.size() < (1u << 20);) text.append(buf, n);
+  ssize_t n = 0;
+  while ((n = read(fd, buf, sizeof buf)) > 0 && text.size() < (1u << 20)) text.append(buf, n);
+  const int read_errno = errno;
   close(fd);
+  if (n < 0) {  // half a policy is no policy to apply
+    message = path + " cannot be read: " + std::strerror(read_errno);
+    return PolicyStatus::invalid;
+  }
   if (!parse_policy(text, out, message)) {
     message = path + ": " + message;
     return PolicyStatus::invalid;
@@ -264,11 +281,11 @@ std::vector<std::string> policy_tenants(const std::string& policy_dir) {
 }
 
 bool adopt_tenant_file(const std::string& dir, const std::string& tenant, std::optional<unsigned> group,
-                       std::string& error) {
+                       std::string& error, std::string* notice) {
   // With a group: group read-write, everyone else read (the tools). Without one, only root may
   // write: an existing file's group may be a shared one (users), whose every member would then
   // write this tenant's usage.
-  return prepare_coordinator_dir(dir, error) && TenantFileHandle::make_managed(dir, tenant, group, error);
+  return prepare_coordinator_dir(dir, error) && TenantFileHandle::make_managed(dir, tenant, group, error, notice);
 }
 
 bool managed_tenant_file_ok(const std::string& dir, const std::string& policy_dir, const std::string& tenant,
@@ -312,10 +329,12 @@ bool prepare_machine(const std::string& dir, const std::string& policy_dir, std:
       problems.push_back(message.empty() ? policy_dir + "/" + tenant + " cannot be read" : message);
       continue;
     }
-    if (!adopt_tenant_file(dir, tenant, policy.group, message)) {
+    std::string notice;
+    if (!adopt_tenant_file(dir, tenant, policy.group, message, &notice)) {
       problems.push_back("tenant '" + tenant + "': " + message);
       continue;
     }
+    if (!notice.empty()) problems.push_back(notice);
     done.push_back(
         "tenant '" + tenant + "': live file ready" +
         (policy.group ? ", writable by group " + std::to_string(*policy.group) : std::string(", root's alone")));

@@ -61,10 +61,10 @@ std::vector<std::string> policy_tenants(const std::string& policy_dir);
 // An administrator takes a tenant over (root, with its policy): its tenant file becomes root's,
 // writable by `group` (the tenant's processes must run in it), so that no tenant process can delete
 // or replace it. A tenant that could would start again from a fresh file with zero usage and pass
-// its cap. Creates (or rebuilds) the file when needed; without `group`, an existing file keeps
-// its group and a new one gets root's.
+// its cap. A file that is not root's alone is replaced by a new one (TenantFileHandle::make_managed);
+// `notice`, if given, names processes that still run in the old one.
 bool adopt_tenant_file(const std::string& dir, const std::string& tenant, std::optional<unsigned> group,
-                       std::string& error);
+                       std::string& error, std::string* notice = nullptr);
 
 // Processes of a tenant that an administrator manages (it has a trusted policy) do not create or
 // rebuild its file themselves: the file must be root's, made by adopt_tenant_file. Returns false with

@@ -16,6 +16,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -133,12 +134,15 @@ int open_lock_file(int locks_fd, const std::string& name, const struct stat& ten
   }
   struct stat st {};
   // Ours to fix where only the mode (the umask) or the group differs.
-  if (write && mine && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == tenant.st_uid) {
+  if (write && mine && fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink == 1 && st.st_uid == tenant.st_uid) {
     if ((st.st_mode & 07777) != lock_mode_for(tenant)) (void)fchmod(fd, lock_mode_for(tenant));
     if ((lock_mode_for(tenant) & S_IRWXG) != 0 && st.st_gid != tenant.st_gid) (void)fchown(fd, -1, tenant.st_gid);
   }
   if (fstat(fd, &st) != 0 || !lock_file_fits(st, tenant)) {
-    error = "its lock file (owner " + std::to_string(st.st_uid) + ", mode " + std::to_string(st.st_mode & 07777) +
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    error = "its lock file (user " + std::to_string(st.st_uid) + ", mode " + mode +
+            (st.st_nlink != 1 ? ", other links" : "") +
             ") is not the tenant's: another user may have made it; root's `slicectl gc` removes it";
     ::close(fd);
     return -1;
@@ -181,9 +185,25 @@ bool prepare_coordinator_dir(const std::string& dir, std::string& error) {
       return false;
     }
   }
-  if (!make_dir(dir, 01777, error) || !make_dir(dir + "/" + kTenantsFolder, 01777, error) ||
-      !make_dir(dir + "/" + kLocksFolder, 01777, error))
+  if (!make_dir(dir, 01777, error)) return false;
+  // Its shared folders are made by root or the folder's owner: another user's tenants/ or locks/
+  // would let that user remove or replace everyone's files in them.
+  struct stat top {};
+  if (stat(dir.c_str(), &top) != 0) {
+    error = "cannot look at " + dir + ": " + std::strerror(errno);
     return false;
+  }
+  for (const char* sub : {kTenantsFolder, kLocksFolder}) {
+    struct stat st {};
+    const std::string path = dir + "/" + sub;
+    if (lstat(path.c_str(), &st) != 0 && errno == ENOENT && geteuid() != 0 && geteuid() != top.st_uid) {
+      error = path +
+              " is missing, and only root or the folder's owner may make it: have root run `slicectl prepare` "
+              "(the package's tmpfiles.d entry makes it at boot)";
+      return false;
+    }
+    if (!make_dir(path, 01777, error)) return false;
+  }
   std::string no_bell, no_members;
   make_dir(dir + "/" + kAwakeFolder, 01777, no_bell);
   make_dir(dir + "/" + kMembersFolder, 01777, no_members);  // lineage.h; without it, no tenant is inherited
@@ -223,7 +243,8 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
   // removal of the file: slicectl rm) into another folder. Root writes only in a folder that is
   // root's and sticky, where nobody else can replace or move what it opened.
   CoordinatorFolder folder;
-  if (!folder.open(dir, error) || (root && write && !folder.fit_for_root(error))) return nullptr;
+  if (!folder.open(dir, error) || (write && !(root ? folder.fit_for_root(error) : folder.fit_for_users(error))))
+    return nullptr;
   const int fd = ::openat(folder.tenants(), name.c_str(), flags, 0644);
   if (fd < 0) {
     if (errno == EACCES && write)
@@ -279,7 +300,10 @@ std::unique_ptr<TenantFileHandle> TenantFileHandle::open_once(const std::string&
   }
   // A tenant file never has another name: a hard link planted here (to /etc/shadow, say) must not
   // be rebuilt, mapped for writing, or given away by root.
-  if (write && st.st_nlink == 0) {
+  // Removed (slicectl rm) or replaced (an adoption) while this process waited for the lock, the
+  // tenant file or its lock file: the name's new files are opened again. A process that kept the old
+  // lock file would hold its slot where the others no longer look, and be taken for dead.
+  if (write && (st.st_nlink == 0 || !h->linked())) {
     removed = true;
     error = path + " was removed while it was being opened";
     if (locked) h->unlock_init();
@@ -397,10 +421,16 @@ void TenantFileHandle::forget_after_fork() {
 }
 
 bool TenantFileHandle::remove(std::string& error) const {
-  if (tenants_fd_ < 0 || !remove_if_same(tenants_fd_, name_, fd_)) {
-    error = "cannot remove tenant file '" + name_ +
-            "': " + (tenants_fd_ < 0 ? std::string("not opened for it") : std::string(std::strerror(errno))) +
-            (errno == EPERM || errno == EACCES ? " (only root or the file's owner may remove it)" : "");
+  if (tenants_fd_ < 0) {
+    error = "cannot remove tenant file '" + name_ + "': it was not opened for a removal";
+    return false;
+  }
+  if (!remove_if_same(tenants_fd_, name_, fd_)) {
+    const int e = errno;
+    error = "cannot remove tenant file '" + name_ + "': " + std::strerror(e) +
+            (e == EPERM || e == EACCES ? " (only root or the file's owner may remove it)"
+             : e == ESTALE             ? " (its name is another file's now)"
+                                       : "");
     return false;
   }
   if (locks_fd_ >= 0 && lock_fd_ >= 0) remove_if_same(locks_fd_, name_, lock_fd_);
@@ -445,7 +475,7 @@ bool replace_with_fresh(int folder_fd, const std::string& name, unsigned gid, mo
 }  // namespace
 
 bool TenantFileHandle::make_managed(const std::string& dir, const std::string& name, std::optional<unsigned> group,
-                                    std::string& error) {
+                                    std::string& error, std::string* notice) {
   if (!valid_tenant_name(name)) {
     error = "'" + name + "' is not a tenant name";
     return false;
@@ -458,32 +488,56 @@ bool TenantFileHandle::make_managed(const std::string& dir, const std::string& n
   }
   const unsigned gid = group.value_or(0);
   const mode_t mode = group ? 0664 : 0644;
-  // What is there now, looked at without following a link; changed only by replacing it.
+  // What is there now, looked at without following a link; changed only by replacing it. Its
+  // registration lock is held from the look to the renames: a process that joins meanwhile waits for
+  // it, then finds its files replaced and opens the new ones (open_once).
   const int old_fd = ::openat(folder.tenants(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  struct stat old {};
+  const int old_lock = ::openat(folder.locks(), name.c_str(), O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct Closer {
+    int a, b;
+    ~Closer() {
+      if (a >= 0) ::close(a);
+      if (b >= 0) ::close(b);
+    }
+  } closer{old_fd, old_lock};
+  struct stat old {
+  }, lock{};
+  const bool lock_is_file = old_lock >= 0 && fstat(old_lock, &lock) == 0 && S_ISREG(lock.st_mode) && lock.st_nlink == 1;
+  // Waited for only in root's own lock file: in a user's, the user may hold it for ever (a squatter
+  // keeping the name), and their processes are theirs to lose.
+  if (lock_is_file && lock.st_uid == 0) {
+    const std::uint64_t deadline = monotonic_ns() + 2'000'000'000ull;
+    while (!ofd_lock(old_lock, kInitLockByte, F_WRLCK)) {
+      if (monotonic_ns() > deadline) {
+        error = "tenant '" + name + "': its registration lock was held for over 2 s (a process is joining): try again";
+        return false;
+      }
+      usleep(200);
+    }
+  } else if (lock_is_file) {
+    (void)ofd_lock(old_lock, kInitLockByte, F_WRLCK);
+  }
   if (old_fd >= 0 && fstat(old_fd, &old) == 0 && S_ISREG(old.st_mode)) {
-    const int old_lock = ::openat(folder.locks(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    struct stat lock {};
-    const bool lock_is_file = old_lock >= 0 && fstat(old_lock, &lock) == 0 && S_ISREG(lock.st_mode);
     TenantHeader header{};
-    const bool valid = old.st_size == static_cast<off_t>(sizeof(TenantFile)) &&
-                       pread(old_fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header) &&
-                       header_valid(header, name);
+    const bool header_read = pread(old_fd, &header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
+    const bool valid =
+        old.st_size == static_cast<off_t>(sizeof(TenantFile)) && header_read && header_valid(header, name);
     const bool as_asked = valid && old.st_nlink == 1 && old.st_uid == 0 && old.st_gid == gid &&
                           (old.st_mode & 07777) == mode && lock_is_file && lock_file_fits(lock, old);
     // Root's alone so far (its own tenant's, or one managed without a group): nobody else can hold a
     // descriptor to write it, so it is given to the group where it is, processes and all.
     const bool roots_alone = valid && old.st_nlink == 1 && old.st_uid == 0 && (old.st_mode & 022) == 0 &&
-                             lock_is_file && lock.st_uid == 0 && lock.st_nlink == 1 && (lock.st_mode & 077) == 0;
-    bool given = false;
-    if (!as_asked && roots_alone)
-      given = fchown(old_lock, 0, gid) == 0 && fchmod(old_lock, group ? 0660 : 0600) == 0 &&
-              fchown(old_fd, 0, gid) == 0 && fchmod(old_fd, mode) == 0;
-    // Otherwise replaced; processes in the old file (their slot locks in its lock file) would go on
-    // counting there.
+                             lock_is_file && lock.st_uid == 0 && (lock.st_mode & 077) == 0;
+    const bool given = !as_asked && roots_alone && fchown(old_lock, 0, gid) == 0 &&
+                       fchmod(old_lock, group ? 0660 : 0600) == 0 && fchown(old_fd, 0, gid) == 0 &&
+                       fchmod(old_fd, mode) == 0;
+    if (as_asked || given) return true;  // the lock goes with the descriptor
+    // Otherwise replaced, whatever runs in it: a name another user squats with a process of their
+    // own must not stay theirs. Processes that run in the old file go on counting there (their
+    // memory not charged to the tenant now managed): named, so that they can be stopped.
     int live = 0;
     std::string pids;
-    for (int slot = 0; lock_is_file && !as_asked && !given && slot < kMaxProcesses; ++slot) {
+    for (int slot = 0; lock_is_file && slot < kMaxProcesses; ++slot) {
       if (!locked_by_other(old_lock, kSlotLockBase + slot, 1)) continue;
       std::int32_t pid = 0;
       if (++live <= 8 && pread(old_fd, &pid, sizeof pid,
@@ -491,18 +545,14 @@ bool TenantFileHandle::make_managed(const std::string& dir, const std::string& n
                                                   offsetof(ProcessSlot, pid))) == static_cast<ssize_t>(sizeof pid))
         pids += (pids.empty() ? "" : " ") + std::to_string(pid);
     }
-    if (old_lock >= 0) ::close(old_lock);
-    ::close(old_fd);
-    if (as_asked || given) return true;
-    if (live > 0) {
-      error = "tenant '" + name + "' has " + std::to_string(live) + " live process" + (live == 1 ? "" : "es") +
-              " (PID " + pids + (live > 8 ? " ..." : "") + ") of user " + std::to_string(old.st_uid) +
-              ": its file is taken over only when none runs in it (they would go on counting in the old one, "
-              "and could still write it); stop them and try again";
-      return false;
-    }
-  } else if (old_fd >= 0) {
-    ::close(old_fd);
+    // An older libslice's processes held their locks in the tenant file itself.
+    if (header_read && header.magic == kTenantMagic && header.version < 6 &&
+        locked_by_other(old_fd, kSlotLockBase, kMaxProcesses))
+      ++live;
+    if (live > 0 && notice != nullptr)
+      *notice = "tenant '" + name + "': " + std::to_string(live) + " process" + (live == 1 ? "" : "es") + " of user " +
+                std::to_string(old.st_uid) + " still run in its old file (PID " + pids + (live > 8 ? " ..." : "") +
+                ", as that file says): their memory is not charged to the tenant; stop them";
   }
   // The lock file first: a process that meets the new tenant file with the old lock file (or the
   // reverse) finds them of different owners and stops, rather than lock one and count in the other.
@@ -529,36 +579,53 @@ int remove_stray_lock_files(const std::string& dir) {
   CoordinatorFolder folder;
   std::string unusable;
   if (!folder.open(dir, unusable) || folder.locks() < 0) return 0;
-  const int list_fd = ::dup(folder.locks());
-  DIR* d = list_fd >= 0 ? ::fdopendir(list_fd) : nullptr;
-  if (d == nullptr) {
-    if (list_fd >= 0) ::close(list_fd);
-    return 0;
-  }
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d))
-    if (valid_tenant_name(e->d_name)) names.emplace_back(e->d_name);
-  ::closedir(d);
   int removed = 0;
-  for (const std::string& name : names) {
+  const auto list = [](int folder_fd) {
+    std::vector<std::string> names;
+    const int list_fd = ::dup(folder_fd);
+    DIR* d = list_fd >= 0 ? ::fdopendir(list_fd) : nullptr;
+    if (d == nullptr) {
+      if (list_fd >= 0) ::close(list_fd);
+      return names;
+    }
+    while (const dirent* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+    ::closedir(d);
+    return names;
+  };
+  for (const std::string& name : list(folder.locks())) {
+    if (!valid_tenant_name(name)) continue;
     const int lock = ::openat(folder.locks(), name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (lock < 0) continue;
     struct stat lock_st {
     }, tenant_st{};
     const bool has_tenant = fstatat(folder.tenants(), name.c_str(), &tenant_st, AT_SYMLINK_NOFOLLOW) == 0;
-    // The tenant's own (its processes may hold locks in it) is kept; so is any lock file a live
-    // process still holds a lock in.
-    const bool stray = fstat(lock, &lock_st) == 0 && (!has_tenant || !lock_file_fits(lock_st, tenant_st)) &&
-                       !locked_by_other(lock, kInitLockByte, 1 + kMaxProcesses);
+    // Another owner's than its tenant file's: none of the tenant's processes can be in it (they
+    // refuse it), whoever holds a lock there. Without a tenant file: when nobody holds a lock in it.
+    // (One that differs in its mode alone may be a process's own, a moment before it sets the mode.)
+    const bool stray =
+        fstat(lock, &lock_st) == 0 && (has_tenant ? lock_st.st_uid != tenant_st.st_uid || !S_ISREG(lock_st.st_mode)
+                                                  : !locked_by_other(lock, kInitLockByte, 1 + kMaxProcesses));
     if (stray && remove_if_same(folder.locks(), name, lock)) ++removed;
     ::close(lock);
   }
+  // Temporary files of an adoption that died before its rename (root's, a minute old).
+  const std::int64_t now = ::time(nullptr);
+  for (const int folder_fd : {folder.tenants(), folder.locks()})
+    for (const std::string& name : list(folder_fd)) {
+      struct stat st {};
+      if (name.rfind(".new.", 0) == 0 && fstatat(folder_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          S_ISREG(st.st_mode) && st.st_uid == 0 && now - st.st_mtime > 60 && unlinkat(folder_fd, name.c_str(), 0) == 0)
+        ++removed;
+    }
   return removed;
 }
 
 bool TenantFileHandle::linked() const {
-  struct stat st {};
-  return fstat(fd_, &st) == 0 && st.st_nlink > 0;
+  struct stat st {
+  }, lock{};
+  return fstat(fd_, &st) == 0 && st.st_nlink > 0 &&
+         (lock_fd_ < 0 || (fstat(lock_fd_, &lock) == 0 && lock.st_nlink > 0));
 }
 
 bool TenantFileHandle::any_live_slot() const { return locked_by_other(lock_fd_, kSlotLockBase, kMaxProcesses); }

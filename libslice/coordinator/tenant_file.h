@@ -56,10 +56,10 @@ class TenantFileHandle {
   // Makes <dir>/tenants/<name> a tenant that root manages: root's, writable by `group` where given
   // (0664; else 0644), its lock file alike (0660; else 0600). A file that is not already so is made
   // anew and renamed into place, never changed where it is: a former writer keeps a descriptor on
-  // the old file, not on this one (it could truncate it under the tenant's mappings). Refused while
-  // a process lives in the old one (it would keep counting there); as root only.
+  // the old file, not on this one (it could truncate it under the tenant's mappings).
+  // Processes that still run in an old file keep counting there: `notice` names them (as root only).
   static bool make_managed(const std::string& dir, const std::string& name, std::optional<unsigned> group,
-                           std::string& error);
+                           std::string& error, std::string* notice = nullptr);
   // In a child made by fork: lets go of the parent's file (and so of its slot's lock).
   void forget_after_fork();
 
@@ -79,8 +79,9 @@ class TenantFileHandle {
   std::string name_;
 };
 
-// Removes lock files under <dir>/locks that belong to no tenant, or are not their tenant's (made by
-// another user before it), and in which no process holds a lock (`slicectl gc`). How many.
+// Removes lock files under <dir>/locks that are not their tenant's (another user's, planted before
+// it), or belong to no tenant and hold no lock, and an adoption's temporary files left by a crash
+// (`slicectl gc`). How many.
 int remove_stray_lock_files(const std::string& dir);
 
 std::uint64_t monotonic_ns();

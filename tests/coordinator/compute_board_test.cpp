@@ -271,16 +271,17 @@ TEST(TenantTrust, WhatAnotherTenantsFileCanClaim) {
   EXPECT_EQ(trust_of(1001, 0644, 0), TenantTrust::stranger) << "root believes no user's claims either";
   struct Case {
     TenantTrust trust;
-    std::optional<Priority> policy;
+    PolicyCompute policy;
     Priority claimed, believed;
     const char* why;
   };
   const Case cases[] = {
-      {TenantTrust::believed, std::nullopt, Priority::high, Priority::high, "its own user's, or root's alone"},
-      {TenantTrust::managed_by_a_group, std::nullopt, Priority::high, Priority::normal, "a group's, no policy's"},
-      {TenantTrust::managed_by_a_group, Priority::high, Priority::high, Priority::high, "the administrator's"},
-      {TenantTrust::managed_by_a_group, Priority::high, Priority::low, Priority::low, "a tenant may ask less"},
-      {TenantTrust::stranger, std::nullopt, Priority::normal, Priority::low, "another user's"},
+      {TenantTrust::believed, {}, Priority::high, Priority::high, "its own user's, or root's alone"},
+      {TenantTrust::managed_by_a_group, {}, Priority::high, Priority::normal, "a group's, no policy's"},
+      {TenantTrust::managed_by_a_group, {Priority::high, {}, {}}, Priority::high, Priority::high, "the policy's"},
+      {TenantTrust::managed_by_a_group, {Priority::high, {}, {}}, Priority::low, Priority::low, "it may ask less"},
+      {TenantTrust::managed_by_a_group, {Priority::low, {}, {}}, Priority::normal, Priority::low, "policy: low"},
+      {TenantTrust::stranger, {}, Priority::normal, Priority::low, "another user's"},
   };
   for (const Case& c : cases) {
     TenantCompute t;
@@ -288,6 +289,17 @@ TEST(TenantTrust, WhatAnotherTenantsFileCanClaim) {
     apply_trust(c.trust, c.policy, t);
     EXPECT_EQ(t.priority, c.believed) << c.why;
   }
+  // Another user's tenant never holds anyone back, a low tenant included: it has no work, wants none.
+  TenantCompute busy;
+  busy.active = busy.wanting = true;
+  apply_trust(TenantTrust::stranger, {}, busy);
+  EXPECT_FALSE(busy.active || busy.wanting);
+  // A group's tenant gets no more share or limit than its policy sets.
+  TenantCompute greedy;
+  greedy.share = greedy.limit = 100;
+  apply_trust(TenantTrust::managed_by_a_group, {std::nullopt, 20u, 50u}, greedy);
+  EXPECT_EQ(greedy.share, 20u);
+  EXPECT_EQ(greedy.limit, 50u);
 }
 
 }  // namespace

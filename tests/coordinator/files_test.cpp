@@ -5,6 +5,8 @@
 #include <functional>
 #include <random>
 
+#include <fstream>
+
 #include "test_support.h"
 
 namespace slice::test {
@@ -184,6 +186,21 @@ TEST_F(TenantFiles, ALiveTenantsBrokenFileIsRefusedNotRebuilt) {
 // Up to version 5 a process held its slot's lock in the tenant file itself (now in its lock file):
 // processes of such a libslice, still running after an upgrade, are seen there, and their file is
 // not rebuilt under them.
+// A process that waited for the registration lock while its files were removed (slicectl rm) or
+// replaced (an adoption renames new ones into place) must open the new ones: had it kept the old
+// lock file, its slot's lock would be where nobody looks, and it would be taken for dead.
+TEST_F(TenantFiles, AHandleWhoseLockFileWasReplacedIsNoLongerLinked) {
+  std::string error;
+  ASSERT_TRUE(prepare_coordinator_dir(dir_, error)) << error;
+  auto h = TenantFileHandle::open(dir_, "t", TenantFileHandle::Mode::create, error);
+  ASSERT_NE(h, nullptr) << error;
+  EXPECT_TRUE(h->linked());
+  const std::string lock = dir_ + "/locks/t";
+  { std::ofstream(lock + ".replacement") << ""; }
+  ASSERT_EQ(rename((lock + ".replacement").c_str(), lock.c_str()), 0);
+  EXPECT_FALSE(h->linked()) << "a handle on a replaced lock file counted as the tenant's";
+}
+
 TEST_F(TenantFiles, AnOlderVersionsFileIsNotRebuiltUnderItsProcesses) {
   ASSERT_NE(join("t", MemoryLimit::of_bytes(GiB)), nullptr);  // made, and left
   const std::uint32_t five = 5;

@@ -328,10 +328,10 @@ TEST_F(Hostile, APlantedGenerationCounterNeitherCrashesNorMovesCaps) {
   NEEDS_USERS();
   ASSERT_NO_FATAL_FAILURE(coordinator_in_users_home());
   const std::string counter = policy_dir_ + "/.generation";
-  ASSERT_EQ(
-      shell_as(kUserA, "mkdir -m 1777 " + dir_ + " && mkdir -m 0755 " + policy_dir_ + " && head -c 8 /dev/zero > " +
-                           counter + " && printf 'memory_limit = 1Ti\\n' > " + policy_dir_ + "/c"),
-      0);
+  ASSERT_EQ(shell_as(kUserA, "mkdir -m 1777 " + dir_ + " " + dir_ + "/tenants " + dir_ + "/locks && mkdir -m 0755 " +
+                                 policy_dir_ + " && head -c 8 /dev/zero > " + counter +
+                                 " && printf 'memory_limit = 1Ti\\n' > " + policy_dir_ + "/c"),
+            0);
   ASSERT_EQ(file_state(counter).content.size(), 8u);
 
   Process& hammer = spawn_as(kUserB, "t", {"--memory", "1Mi", "--sync"}, {"hammer", "3", "4096"});

@@ -107,8 +107,12 @@ TEST_F(OtherUsers, RootsProcessNeverJoinsATenantAUserMadeFirst) {
 // and the pod's processes live by their own limits, not the squatter's.
 TEST_F(OtherUsers, ANameSquattedBeforeAnAllocateIsTakenBackWhole) {
   tenant_made_by(kAttacker, dir_, "k8s-default-pod-0", "1");
-  std::string error;
-  ASSERT_TRUE(adopt_tenant_file(dir_, "k8s-default-pod-0", kVictim, error)) << error;
+  // The squatter keeps a process in it: a name held so could never be taken back.
+  Process& squatter = worker_as(kAttacker, dir_, "k8s-default-pod-0", {}, {"join"});
+  ASSERT_EQ(squatter.read_line(), "ready");
+  std::string error, notice;
+  ASSERT_TRUE(adopt_tenant_file(dir_, "k8s-default-pod-0", kVictim, error, &notice)) << error;
+  EXPECT_NE(notice.find("1 process of user " + std::to_string(kAttacker) + " still run"), std::string::npos) << notice;
   Process& pod = worker_as(kVictim, dir_, "k8s-default-pod-0", {"--memory", "64Mi"}, {"reserve-once", "64Mi"});
   EXPECT_EQ(pod.read_line(), "ok") << "the squatter's registered limit held in the pod";
   struct stat st {};
@@ -139,7 +143,10 @@ TEST_F(OtherUsers, AReadLockOnEveryByteLocksNobodyOut) {
 // A lock file planted before the tenant's own: the tenant's processes refuse it (its maker could
 // take its locks) and say so, and root's gc clears it.
 TEST_F(OtherUsers, ALockFilePlantedBeforeATenantIsRefusedAndClearedByGc) {
+  // Planted, and held: a lock in it must not keep it there.
   ASSERT_EQ(run_command(as_user(kAttacker, {"touch", dir_ + "/locks/mine"})), 0);
+  Process& holder = as(kAttacker, {intruder_path(), "lock-every-byte", dir_, "mine"});
+  ASSERT_EQ(holder.read_line(), "locked");
   Process& early = worker_as(kVictim, dir_, "mine", {}, {"reserve-once", "1Mi"});
   const auto line = early.read_line();
   ASSERT_TRUE(line.has_value());
@@ -147,6 +154,18 @@ TEST_F(OtherUsers, ALockFilePlantedBeforeATenantIsRefusedAndClearedByGc) {
   EXPECT_EQ(remove_stray_lock_files(dir_), 1);
   Process& later = worker_as(kVictim, dir_, "mine", {}, {"reserve-once", "1Mi"});
   EXPECT_EQ(later.read_line(), "ok");
+}
+
+// The shared folders inside the coordinator folder made by another user (where no tmpfiles entry
+// made them, a member of the group came first): its maker could remove anyone's lock files there.
+TEST_F(OtherUsers, ALocksFolderAnotherUserMadeIsRefused) {
+  ASSERT_EQ(rmdir((dir_ + "/locks").c_str()), 0);
+  chmod(dir_.c_str(), 01777);  // root's, shared, as root's first process makes it
+  ASSERT_EQ(run_command(as_user(kAttacker, {"/bin/sh", "-c", "mkdir -m 1777 " + dir_ + "/locks"})), 0);
+  Process& victim = worker_as(kVictim, dir_, "mine", {}, {"reserve-once", "1Mi"});
+  const auto line = victim.read_line();
+  ASSERT_TRUE(line.has_value());
+  EXPECT_NE(line->find("locks belongs to user " + std::to_string(kAttacker)), std::string::npos) << *line;
 }
 
 // 6. Adoption changed the owner in place: a former writer truncated the file through a descriptor

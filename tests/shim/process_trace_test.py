@@ -121,12 +121,13 @@ def compare(without, with_, nvml):
             nvml_absent = "libnvidia-ml.so.1" not in objects(without, step)
             return added in (0, nvml["keys"]) if nvml_absent else 0 <= added <= nvml["keys"]
         if what == "descriptors":
-            # libslice's own (the coordinator's files, close-on-exec: checked at exec) and, from the
-            # first context, those of one start of NVML; nothing of the program's missing.
+            # libslice's own (the coordinator's folder and its files, close-on-exec: checked at exec;
+            # the folder itself while a look at it is under way on the watcher's thread) and, from
+            # the first context, those of one start of NVML; nothing of the program's missing.
             extra, missing = words(b) - words(a), words(a) - words(b)
             if after(step, "context"):
                 extra -= nvml["descriptors"]
-            return not missing and all(path.startswith(coordinator + "/") for path in extra)
+            return not missing and all(path == coordinator or path.startswith(coordinator + "/") for path in extra)
         if what == "environment":
             # SLICE_TENANT is exported so that children join the tenant (the contract); the preload and
             # the cap are this test's own.

@@ -80,9 +80,12 @@ grpc::Status DevicePluginService::allocate_container(const v1beta1::ContainerAll
   // The owner's word: a root-owned policy for the tenant, which wins over anything in the
   // container's environment, and a root-owned tenant file, which its processes cannot delete to
   // start again from zero.
+  // A file of that name another user made before (the names are predictable) is replaced.
+  std::string notice;
   if (!write_policy(options_.paths.host_policy_dir, tenant, edits.policy, error) ||
-      !adopt_tenant_file(options_.paths.host_coordinator_dir, tenant, options_.tenant_group, error))
+      !adopt_tenant_file(options_.paths.host_coordinator_dir, tenant, options_.tenant_group, error, &notice))
     return {grpc::StatusCode::INTERNAL, "cannot write the policy of tenant '" + tenant + "': " + error};
+  if (!notice.empty()) spdlog::warn("{}", notice);
 
   for (const auto& [name, value] : edits.env) {
     if (name == "NVIDIA_VISIBLE_DEVICES" && options_.device_list == DeviceListStrategy::cdi) continue;

@@ -73,7 +73,9 @@ int run_gc(std::vector<std::string> argv) {
     if (markers > 0) std::printf("%d marker%s of gone processes removed\n", markers, markers == 1 ? "" : "s");
     // Lock files of no tenant, or another user's planted before the tenant's own (issue 29).
     const int locks = slice::remove_stray_lock_files(dir);
-    if (locks > 0) std::printf("%d stray lock file%s removed\n", locks, locks == 1 ? "" : "s");
+    if (locks > 0)
+      std::printf("%d stray file%s removed (lock files not their tenant's, an adoption's leftovers)\n", locks,
+                  locks == 1 ? "" : "s");
   }
   return rc;
 }

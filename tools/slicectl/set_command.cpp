@@ -214,11 +214,13 @@ int run_set(std::vector<std::string> argv) {
   if (!slice::write_policy(policies, changes.tenant, policy, error)) fail(error);
   // A managed tenant's file is root's, so that its processes cannot delete it and start again from
   // zero usage; they write it as members of its group (kept in the policy for `slicectl prepare`).
-  if (!slice::adopt_tenant_file(dir, changes.tenant, policy.group, error))
+  std::string notice;
+  if (!slice::adopt_tenant_file(dir, changes.tenant, policy.group, error, &notice))
     fail(
         "the policy is written, and the tenant's running processes follow it, but its live file is not yet "
         "root's: " +
         error);
+  if (!notice.empty()) std::fprintf(stderr, "slicectl set: warning: %s\n", notice.c_str());
   // Read it back as every process will: what holds is what they read.
   slice::Policy now;
   if (slice::read_policy(policies, changes.tenant, now, message) != slice::PolicyStatus::ok)
